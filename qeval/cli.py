@@ -1,0 +1,124 @@
+"""The `qeval` command: parse, build the config, call the library, map errors to exit codes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
+err = Console(stderr=True)
+out = Console()
+
+EXIT_FOR_VERDICT = {"PASS": EXIT_PASS, "FAIL": EXIT_GATE_FAILED, "INCONCLUSIVE": EXIT_GATE_FAILED,
+                    "NOT_EVALUATED": EXIT_INFRA}
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    # SystemExit unwinds through every `with engine:` block, so no server outlives us
+    raise SystemExit(128 + signum)
+
+
+def _fail(e: QevalError) -> None:
+    err.print("error: " + str(e), style="bold red", highlight=False, markup=False)
+    raise typer.Exit(e.exit_code)
+
+
+def verdict_table(record) -> Table:
+    t = Table(title=f"qeval: {record.campaign} — overall {record.verdict}")
+    for col in ("variant", "gate", "baseline", "variant score", "delta", "lower bound", "margin", "result"):
+        t.add_column(col)
+    for g in record.gates:
+        c = next(c for c in record.comparisons if (c.variant, c.suite, c.metric) == (g.variant, g.suite, g.metric))
+        t.add_row(g.variant, f"{g.suite}/{g.metric}", f"{c.base_mean:.3f}", f"{c.variant_mean:.3f}",
+                  f"{g.delta:+.3f}", f"{g.lower_bound:+.3f}", f"-{g.margin:.3f}", g.verdict)
+    for name, v in record.verdicts.items():
+        t.add_row(name, "(variant verdict)", "", "", "", "", "", f"[bold]{v}[/]")
+    return t
+
+
+@app.command()
+def run(config: Path = typer.Argument(..., help="campaign YAML"),
+        no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later")) -> None:
+    """Run a campaign: quantize, serve, evaluate, compare, gate, log to MLflow, write the report."""
+    from . import campaign
+    from .config import load_config
+    from .settings import Settings
+
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        cfg = load_config(config)
+        if no_mlflow:
+            cfg = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"enabled": False})})
+        result = campaign.run(cfg, Settings.from_env(), log=lambda m: err.print(m, highlight=False, markup=False),
+                              config_file=str(config), command=sys.argv)
+    except QevalError as e:
+        _fail(e)
+    rec = result.record
+    out.print(verdict_table(rec))
+    out.print(f"report:  {result.report_path}")
+    out.print(f"record:  {result.record_path}")
+    if rec.tracking.get("parent_run_id"):
+        out.print(f"MLflow:  run {rec.tracking['parent_run_id']} (experiment {rec.tracking['experiment_id']}) "
+                  f"at {rec.tracking['tracking_uri']}")
+        out.print(f"         browse: mlflow ui --backend-store-uri {rec.tracking['tracking_uri']}")
+    raise typer.Exit(EXIT_FOR_VERDICT[rec.verdict])
+
+
+@app.command()
+def validate(config: Path) -> None:
+    """Check a campaign file (and the suites it names) without running anything."""
+    from .campaign import plan
+    from .config import load_config
+    from .settings import Settings
+
+    try:
+        cfg = load_config(config)
+        p = plan(cfg, Settings.from_env(), str(config))
+    except QevalError as e:
+        _fail(e)
+    n_items = sum(len(s.items) for s in p.custom)
+    out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
+              f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks")
+
+
+@app.command()
+def report(run_dir: Path) -> None:
+    """(Re)write report.md of a finished run from its run record."""
+    from .record import RunRecord
+    from .report.markdown import write
+
+    path = run_dir / "run.json"
+    if not path.is_file():
+        _fail(QevalError(f"{path}: no run record here"))
+    rec = RunRecord.load(path)
+    out.print(f"wrote {write(rec, run_dir / 'report.md')}")
+
+
+@app.command()
+def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: the one the run used")) -> None:
+    """Log a run record to MLflow (again): idempotent, for runs whose tracker was down."""
+    from .record import RunRecord
+    from .tracking.mlflow import default_tracking_uri, log_record
+
+    path = run_dir / "run.json"
+    if not path.is_file():
+        _fail(QevalError(f"{path}: no run record here"))
+    rec = RunRecord.load(path)
+    uri = tracking_uri or rec.tracking.get("tracking_uri") or default_tracking_uri(run_dir.parent)
+    try:
+        rec.tracking = log_record(rec, run_dir, uri, rec.config.get("mlflow", {}).get("experiment"))
+    except Exception as e:  # noqa: BLE001 - report any tracker fault as infrastructure
+        _fail(QevalError(f"MLflow at {uri}: {type(e).__name__}: {e}"))
+    rec.save(path)
+    out.print(f"logged: run {rec.tracking['parent_run_id']} at {uri}")
+
+
+def main() -> None:
+    app()

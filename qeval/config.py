@@ -1,0 +1,279 @@
+"""The campaign file, validated at the boundary: pydantic models with extra="forbid".
+
+Errors name the file, the line and the key (PyYAML keeps node positions; pydantic gives the key path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Method = Literal["bf16", "fp16", "gptq", "awq", "int8", "fp8", "checkpoint", "external"]
+QUANTIZED = {"gptq", "awq", "int8", "fp8"}
+
+
+class ModelSpec(Strict):
+    """The base (full-precision) checkpoint: a folder, or the embedded one built by `make setup`."""
+
+    path: Path | None = None
+    builtin: Literal["smollm2-135m-instruct"] | None = None
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        if (self.path is None) == (self.builtin is None):
+            raise ValueError("give exactly one of `path` or `builtin`")
+        return self
+
+
+class EngineSpec(Strict):
+    kind: Literal["vllm"] = "vllm"
+    host: str = "127.0.0.1"  # loopback unless the config says otherwise
+    startup_timeout_s: float = Field(900, gt=0)
+    request_timeout_s: float = Field(300, gt=0)
+    enforce_eager: bool = False
+    max_model_len: int = Field(2048, gt=0)
+    kv_cache_gib: float = Field(2, gt=0)
+    max_num_seqs: int | None = Field(None, gt=0)
+    extra_args: list[str] = []
+
+
+class RecipeSpec(Strict):
+    """How llm-compressor makes the variant. Defaults fit a 135M model on a CPU."""
+
+    group_size: int = Field(64, gt=0)
+    symmetric: bool = True
+    calibration_samples: int = Field(64, gt=0)
+    calibration_seq_len: int = Field(256, gt=0)
+    awq_n_grid: int = Field(10, gt=1)  # AWQ's grid search dominates its run time on a CPU
+
+
+class VariantSpec(Strict):
+    name: Name
+    method: Method
+    checkpoint: Path | None = None  # an existing (quantized) checkpoint to serve as is
+    endpoint: str | None = None  # an already running OpenAI-compatible server
+    served_model: str | None = None  # the model name that endpoint expects
+    recipe: RecipeSpec = RecipeSpec()
+    engine: dict[str, Any] = {}  # per-variant overrides of the campaign's engine settings
+
+    @model_validator(mode="after")
+    def _source(self) -> "VariantSpec":
+        if self.method == "external" and not self.endpoint:
+            raise ValueError("method 'external' needs `endpoint` (e.g. http://127.0.0.1:8000/v1)")
+        if self.method != "external" and self.endpoint:
+            raise ValueError("`endpoint` is only for method 'external'")
+        if self.method == "checkpoint" and self.checkpoint is None:
+            raise ValueError("method 'checkpoint' needs `checkpoint` (a folder)")
+        return self
+
+
+class GenerationSpec(Strict):
+    max_tokens: int = Field(32, gt=0)
+    temperature: float = Field(0.0, ge=0)
+    chat: bool = True  # apply the model's chat template (instruct models need it)
+    stop: list[str] = []
+
+
+class ScorerSpec(Strict):
+    kind: str
+    pattern: str | None = None
+    tolerance: float | None = None
+    name: str | None = None
+
+
+class CustomSuiteRef(Strict):
+    kind: Literal["custom"]
+    path: Path  # the suite's YAML descriptor
+
+
+class LmEvalSuiteRef(Strict):
+    kind: Literal["lm_eval"]
+    tasks: list[str] = Field(min_length=1)
+    include_path: Path | None = None  # local task YAMLs
+    limit: int | None = Field(None, gt=0)
+    num_fewshot: int | None = Field(None, ge=0)
+    fewshot_seed: int = 1234
+    add_bos_token: bool = True  # measured: without BOS, local-completions disagrees with the HF reference
+    apply_chat_template: bool = False
+    num_concurrent: int = Field(4, gt=0)
+    batch_size: int = Field(8, gt=0)
+
+
+SuiteRef = Annotated[CustomSuiteRef | LmEvalSuiteRef, Field(discriminator="kind")]
+
+
+class GateRule(Strict):
+    match: str = "*"  # glob over "suite/metric"
+    margin: float = Field(0.05, ge=0)
+    relative: bool = False  # margin as a fraction of the baseline's score
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    action: Literal["fail", "warn"] = "fail"
+
+
+class GatePolicy(Strict):
+    rules: list[GateRule] = [GateRule()]
+    bootstrap_resamples: int = Field(10000, ge=100)
+    seed: int = 0
+
+
+class MlflowSpec(Strict):
+    enabled: bool = True
+    tracking_uri: str | None = None  # default: MLFLOW_TRACKING_URI, else a SQLite store in the run folder
+    experiment: str | None = None  # default: the campaign name
+
+
+class CampaignConfig(Strict):
+    name: Name
+    model: ModelSpec
+    output_dir: Path = Path("runs")
+    baseline: VariantSpec
+    variants: list[VariantSpec] = Field(min_length=1)
+    engine: EngineSpec = EngineSpec()
+    suites: list[SuiteRef] = Field(min_length=1)
+    gates: GatePolicy = GatePolicy()
+    mlflow: MlflowSpec = MlflowSpec()
+    seed: int = 0
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_unquantized(cls, v: VariantSpec) -> VariantSpec:
+        if v.method in QUANTIZED:
+            raise ValueError(f"the baseline must be full precision, not {v.method!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "CampaignConfig":
+        names = [self.baseline.name] + [v.name for v in self.variants]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    def all_variants(self) -> list[VariantSpec]:
+        return [self.baseline, *self.variants]
+
+    def config_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(text: str, file: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in os.environ:
+            raise ConfigError(f"environment variable ${{{m.group(1)}}} is not set", file=file)
+        return os.environ[m.group(1)]
+
+    return _VAR.sub(sub, text)
+
+
+def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    """Parse a YAML file; return the data and its node tree (for line numbers in errors)."""
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=file) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected a YAML file", file=file) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 (byte {e.start})", file=file) from None
+    text = _expand(text, file)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else None
+        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=file, where=where) from None
+    return data, node
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Walk the YAML node tree along a pydantic error location; return the deepest line found."""
+    line = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            hit = next(((k, v) for k, v in node.value if k.value == key), None)
+            if hit is None:
+                break
+            line, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        # pydantic adds the union member's tag (e.g. 'custom') to the path: skip it
+    return line
+
+
+def format_validation(err: ValidationError, file: str, node: yaml.Node | None) -> ConfigError:
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(node, loc)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif first["type"] == "missing":
+        msg = "required key is missing"
+    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    where = f"line {line}: {key}" if line else key
+    return ConfigError(f"{msg}{more}", file=file, where=where)
+
+
+def parse_model(model: type[BaseModel], data: Any, file: str, node: yaml.Node | None) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise format_validation(e, file, node) from None
+
+
+def _resolve(p: Path | None, base: Path) -> Path | None:
+    return None if p is None else (p if p.is_absolute() else (base / p).resolve())
+
+
+def load_config(path: str | Path) -> CampaignConfig:
+    """Read and validate a campaign file. Relative paths are taken from the file's folder."""
+    path = Path(path)
+    data, node = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping of campaign settings at the top level", file=str(path))
+    cfg: CampaignConfig = parse_model(CampaignConfig, data, str(path), node)
+    base = path.resolve().parent
+    suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if s.kind == "custom"
+              else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) for s in cfg.suites]
+    variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base)}) for v in cfg.variants]
+    baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
+    model = cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
+    cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
+                                 "output_dir": _resolve(cfg.output_dir, base)})
+    for v in cfg.all_variants():
+        if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():
+            where = f"variant {v.name}: checkpoint"
+            what = "has no config.json" if v.checkpoint.is_dir() else "does not exist"
+            raise ConfigError(f"{v.checkpoint} {what}", file=str(path), where=where)
+    if cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
+        raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
+    for s in cfg.suites:
+        target = s.path if s.kind == "custom" else s.include_path
+        if target is not None and not target.exists():
+            raise ConfigError(f"{target} does not exist", file=str(path), where=f"suites: {s.kind}")
+    return cfg

@@ -1,0 +1,57 @@
+"""The engine contract: a context manager that starts a server and never lets it outlive its caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ..registry import Registry
+
+if TYPE_CHECKING:
+    from ..config import EngineSpec, VariantSpec
+    from ..settings import Settings
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a variant answers: everything downstream talks to this over the OpenAI HTTP API."""
+
+    base_url: str  # ends in /v1
+    model: str  # the name the server expects in requests
+    tokenizer: Path | None  # a local tokenizer folder (lm-eval counts tokens with it)
+    engine: str
+    engine_version: str = ""
+    info: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    rss_bytes: int | None = None  # the engine's process tree, on the CPU
+    gpu_bytes: int | None = None  # through NVML, on a GPU
+    kv_cache_bytes: int | None = None  # as the engine reports it
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+
+    def start(self) -> Endpoint: ...
+
+    def health(self) -> bool: ...
+
+    def memory(self) -> EngineMemory: ...
+
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Endpoint: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+ENGINES: Registry = Registry("engine", entry_point_group="qeval.engines")
+
+
+def build_engine(kind: str, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+                 settings: "Settings", log_dir: Path) -> Engine:
+    return ENGINES.get(kind)(variant=variant, checkpoint=checkpoint, spec=spec, settings=settings, log_dir=log_dir)

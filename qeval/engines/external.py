@@ -1,0 +1,62 @@
+"""An endpoint someone already runs: qeval neither starts nor stops it, only checks it answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ..errors import EngineError
+from .base import ENGINES, Endpoint, EngineMemory
+
+if TYPE_CHECKING:
+    from ..config import EngineSpec, VariantSpec
+    from ..settings import Settings
+
+
+@ENGINES.register("external")
+class ExternalEngine:
+    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+                 settings: "Settings", log_dir: Path):
+        self.name = variant.name
+        self.base_url = variant.endpoint.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model = variant.served_model
+        self.tokenizer = checkpoint
+
+    def start(self) -> Endpoint:
+        try:
+            r = httpx.get(self.base_url + "/models", timeout=10)
+            r.raise_for_status()
+            served = [m["id"] for m in r.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, KeyError) as e:
+            raise EngineError(f"endpoint {self.base_url} does not answer /models: {e}", variant=self.name) from None
+        model = self.model or (served[0] if served else None)
+        if model is None or (self.model and self.model not in served):
+            raise EngineError(f"endpoint {self.base_url} serves {served}, not {self.model!r}", variant=self.name)
+        try:
+            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=5).json().get("version", "")
+        except (httpx.HTTPError, ValueError):
+            version = ""
+        return Endpoint(base_url=self.base_url, model=model, tokenizer=self.tokenizer, engine="external",
+                        engine_version=version)
+
+    def health(self) -> bool:
+        try:
+            return httpx.get(self.base_url + "/models", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def memory(self) -> EngineMemory:
+        return EngineMemory()  # not ours to measure
+
+    def stop(self) -> None:
+        pass  # not ours to stop
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

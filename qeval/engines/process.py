@@ -1,0 +1,100 @@
+"""A server subprocess that cannot outlive qeval: own process group, parent-death signal, group kill."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Linux: if qeval is SIGKILLed, the kernel sends SIGTERM to the server so it shuts down cleanly.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.argv, self.env, self.log_path = argv, env, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def rss_bytes(self) -> int | None:
+        if not self.alive():
+            return None
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+            return sum(p.memory_info().rss for p in procs if p.is_running())
+        except psutil.Error:
+            return None
+
+    def terminate(self, grace_s: float = 30) -> None:
+        """SIGTERM the whole process group, then SIGKILL what is left after the grace period."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session made the server its group's leader
+        members = self._group(pgid)
+        self._signal(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or any(p.is_running() for p in members)):
+            time.sleep(0.2)
+        self._signal(pgid, signal.SIGKILL)
+        for p in members:  # children that left the group (setsid) are still ours to end
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        self.proc.wait()
+        self.proc = None
+
+    @staticmethod
+    def _group(pgid: int) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(pgid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    @staticmethod
+    def _signal(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

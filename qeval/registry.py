@@ -1,0 +1,43 @@
+"""One registry pattern for engines, quantizers, scorers: built-ins and plugins are found the same way."""
+
+from __future__ import annotations
+
+import difflib
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+
+class Registry:
+    def __init__(self, what: str, entry_point_group: str | None = None):
+        self.what, self.group = what, entry_point_group
+        self._items: dict[str, Any] = {}
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        def deco(obj: Any) -> Any:
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def _load_plugins(self) -> None:
+        # entry points (group "qeval.<kind>s") let a third party add one without touching qeval
+        if self.group is None:
+            return
+        for ep in entry_points(group=self.group):
+            if ep.name not in self._items:
+                self._items[ep.name] = ep.load()
+
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return sorted(self._items)
+
+    def get(self, name: str) -> Any:
+        if name not in self._items:
+            self._load_plugins()
+        if name in self._items:
+            return self._items[name]
+        close = difflib.get_close_matches(name, self._items, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown {self.what} {name!r}.{hint} Known: {', '.join(sorted(self._items))}")

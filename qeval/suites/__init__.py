@@ -1,0 +1,1 @@
+"""Suites turn an endpoint into per-item records: custom JSONL suites and lm-eval tasks."""

@@ -1,0 +1,190 @@
+"""Custom suites: a YAML descriptor + JSONL items, generated against the endpoint and scored per item."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+from pydantic import Field, ValidationError, model_validator
+
+from ..config import GenerationSpec, Name, ScorerSpec, Strict, parse_model, read_yaml
+from ..engines import Endpoint
+from ..errors import ConfigError, EngineError
+from ..hashing import file_hash, stable_hash
+from ..store import Record
+from .scorers import Scorer, build_scorer
+
+MAX_LINE_BYTES = 1 << 20  # a 1 MiB item is a mistake, not a prompt
+
+
+class SuiteDescriptor(Strict):
+    name: Name
+    description: str = ""
+    items: Path
+    generation: GenerationSpec = GenerationSpec()
+    scorers: list[ScorerSpec] = Field(min_length=1)
+    primary: str | None = None  # the scorer the gate reads; default: the first
+
+    @model_validator(mode="after")
+    def _primary_known(self) -> "SuiteDescriptor":
+        names = [s.name or s.kind for s in self.scorers]
+        if self.primary is not None and self.primary not in names:
+            raise ValueError(f"primary {self.primary!r} is not one of the scorers {names}")
+        return self
+
+
+class Message(Strict):
+    role: str
+    content: str
+
+
+class Item(Strict):
+    id: str = Field(min_length=1)
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    reference: str | list[str]
+    group: str | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "Item":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of `prompt` or `messages`")
+        return self
+
+
+@dataclass(frozen=True)
+class CustomSuite:
+    descriptor: SuiteDescriptor
+    items: list[Item]
+    scorers: list[Scorer]
+    key: str  # content hash of descriptor + items: the store key
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    @property
+    def primary(self) -> str:
+        return self.descriptor.primary or self.scorers[0].name
+
+
+def load_items(path: Path) -> list[Item]:
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read items: {e.strerror}", file=file) from None
+    items: list[Item] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        where = f"line {lineno}"
+        if len(line) > MAX_LINE_BYTES:
+            raise ConfigError(f"line is {len(line)} bytes (limit {MAX_LINE_BYTES})", file=file, where=where)
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"not UTF-8 (byte {e.start})", file=file, where=where) from None
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{c} is not allowed")))
+        except ValueError as e:
+            raise ConfigError(f"not valid JSON: {e}", file=file, where=where) from None
+        if not isinstance(data, dict):
+            raise ConfigError("expected a JSON object", file=file, where=where)
+        try:
+            item = Item.model_validate(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            raise ConfigError(msg, file=file, where=f"{where}: {key}" if key else where) from None
+        if item.id in seen:
+            raise ConfigError(f"duplicate id {item.id!r} (first on line {seen[item.id]})", file=file, where=where)
+        seen[item.id] = lineno
+        items.append(item)
+    if not items:
+        raise ConfigError("the suite has no items", file=file)
+    return items
+
+
+def load_suite(path: Path) -> CustomSuite:
+    data, node = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping (the suite descriptor)", file=str(path))
+    desc: SuiteDescriptor = parse_model(SuiteDescriptor, data, str(path), node)
+    items_path = desc.items if desc.items.is_absolute() else (path.parent / desc.items).resolve()
+    desc = desc.model_copy(update={"items": items_path})
+    try:
+        scorers = [build_scorer(s) for s in desc.scorers]
+    except ConfigError as e:
+        raise ConfigError(str(e), file=str(path), where="scorers") from None
+    items = load_items(items_path)
+    key = stable_hash({"descriptor": desc.model_dump(mode="json", exclude={"items"}), "items": file_hash(items_path)})
+    return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}")
+
+
+def _request(item: Item, gen: GenerationSpec, model: str) -> tuple[str, dict[str, Any]]:
+    common: dict[str, Any] = {"model": model, "max_tokens": gen.max_tokens, "temperature": gen.temperature, "seed": 0}
+    if gen.stop:
+        common["stop"] = gen.stop
+    if gen.chat:
+        msgs = [m.model_dump() for m in item.messages] if item.messages else [{"role": "user", "content": item.prompt}]
+        return "/chat/completions", {**common, "messages": msgs}
+    if item.messages:
+        raise ConfigError(f"item {item.id!r} has messages but the suite's generation.chat is false")
+    return "/completions", {**common, "prompt": item.prompt}
+
+
+def _text(path: str, body: dict[str, Any]) -> str:
+    choice = body["choices"][0]
+    return choice["message"]["content"] or "" if path == "/chat/completions" else choice["text"]
+
+
+async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: Callable[[list[Record]], None],
+               concurrency: int, timeout_s: float, retries: int) -> None:
+    gen = suite.descriptor.generation
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits) as client:
+
+        async def one(item: Item) -> None:
+            path, payload = _request(item, gen, endpoint.model)
+            last: Exception | None = None
+            async with sem:
+                for _ in range(retries + 1):
+                    try:
+                        r = await client.post(path, json=payload)
+                        if r.status_code < 500:
+                            r.raise_for_status()
+                            break
+                        last = httpx.HTTPStatusError(f"{r.status_code}", request=r.request, response=r)
+                    except (httpx.TransportError, httpx.TimeoutException) as e:
+                        last = e
+                    await asyncio.sleep(1)
+                else:
+                    raise EngineError(f"suite {suite.name}: item {item.id!r} failed after {retries + 1} tries: {last}")
+            response = _text(path, r.json())
+            scores = {s.name: s(response, item.reference) for s in suite.scorers}
+            sink([Record(item_id=item.id, scores=scores, prompt_hash=stable_hash(payload | {"model": None}),
+                         doc_hash=stable_hash(item.model_dump(mode="json")), group=item.group, response=response)])
+
+        await asyncio.gather(*(one(i) for i in todo))
+
+
+def run_custom(suite: CustomSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
+               concurrency: int = 8, timeout_s: float = 300, retries: int = 2) -> int:
+    """Generate and score every item not in `done`; each record goes to `sink` as soon as it is scored."""
+    todo = [i for i in suite.items if i.id not in done]
+    if todo:
+        asyncio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries))
+    return len(todo)
+
+
+def is_finite_scores(scores: dict[str, float]) -> bool:
+    return all(math.isfinite(v) for v in scores.values())

@@ -1,0 +1,167 @@
+"""lm-eval tasks against the variant's endpoint (`local-completions`), run in the engine venv.
+
+lm-eval's per-sample log (`--log_samples`) becomes one record per doc, keyed by doc_id with its
+doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every answered request in
+SQLite, so a task killed half-way resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from ..config import LmEvalSuiteRef
+from ..engines import Endpoint
+from ..errors import ConfigError, EngineError, MissingEnvError
+from ..hashing import file_hash, stable_hash
+from ..store import Record
+
+DATA_PLACEHOLDER = "{qeval_data}"
+
+
+@dataclass(frozen=True)
+class LmEvalTask:
+    name: str
+    key: str  # hash of the task file, its data and every setting that changes results
+    settings: dict
+
+
+def _task_file(include: Path | None, task: str) -> Path | None:
+    if include is None:
+        return None
+    for p in sorted(include.glob("*.yaml")):
+        for line in p.read_text().splitlines():
+            if line.strip() == f"task: {task}":
+                return p
+    return None
+
+
+def _data_files(task_file: Path, data_dir: Path) -> list[Path]:
+    try:
+        spec = yaml.safe_load(task_file.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}", file=str(task_file)) from None
+    files = ((spec.get("dataset_kwargs") or {}).get("data_files") or {})
+    values = files.values() if isinstance(files, dict) else [files]
+    flat = [x for v in values for x in (v if isinstance(v, list) else [v])]
+    return [Path(str(x).replace(DATA_PLACEHOLDER, str(data_dir))) for x in flat]
+
+
+def materialize_tasks(ref: LmEvalSuiteRef, data_dir: Path, work: Path) -> Path | None:
+    """Copy the local task YAMLs with the data folder filled in, so lm-eval reads absolute paths."""
+    if ref.include_path is None:
+        return None
+    out = work / "lmeval-tasks"
+    out.mkdir(parents=True, exist_ok=True)
+    for p in sorted(ref.include_path.glob("*.yaml")):
+        text = p.read_text().replace(DATA_PLACEHOLDER, str(data_dir))
+        (out / p.name).write_text(text)
+    return out
+
+
+def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") -> list[LmEvalTask]:
+    settings = {"limit": ref.limit, "num_fewshot": ref.num_fewshot, "fewshot_seed": ref.fewshot_seed,
+                "add_bos_token": ref.add_bos_token, "apply_chat_template": ref.apply_chat_template}
+    tasks = []
+    for name in ref.tasks:
+        f = _task_file(ref.include_path, name)
+        content = {"task": name, "settings": settings}
+        if f is not None:
+            text = f.read_text()
+            content["yaml"] = text
+            hashes = {}
+            for data in _data_files(f, data_dir):  # the data behind the task is part of its identity
+                if not data.is_file():
+                    raise MissingEnvError(f"data for lm-eval task {name!r}", str(data))
+                hashes[data.name] = file_hash(data)
+            content["data"] = hashes
+        elif ref.include_path is not None:
+            raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
+                              " but its data would need the hub, which this machine cannot reach)",
+                              file=config_file, where="suites: lm_eval.tasks")
+        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings))
+    return tasks
+
+
+def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: list[str], include: Path | None,
+                out: Path, cache: Path) -> list[str]:
+    if endpoint.tokenizer is None:
+        raise ConfigError(f"lm-eval needs a local tokenizer for variant {endpoint.model!r}")
+    model_args = ",".join([
+        f"model={endpoint.model}", f"base_url={endpoint.base_url}/completions",
+        "tokenizer_backend=huggingface", f"tokenizer={endpoint.tokenizer}",
+        f"num_concurrent={ref.num_concurrent}", "max_retries=5", f"add_bos_token={ref.add_bos_token}",
+        "timeout=600", "seed=0",
+    ])
+    argv = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args", model_args,
+            "--tasks", ",".join(tasks), "--output_path", str(out), "--log_samples", "--use_cache", str(cache),
+            "--batch_size", str(ref.batch_size), "--seed", f"0,1234,1234,{ref.fewshot_seed}"]
+    if include is not None:
+        argv += ["--include_path", str(include)]
+    if ref.limit:
+        argv += ["--limit", str(ref.limit)]
+    if ref.num_fewshot is not None:
+        argv += ["--num_fewshot", str(ref.num_fewshot)]
+    if ref.apply_chat_template:
+        argv.append("--apply_chat_template")
+    return argv
+
+
+def _score(v: object) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def parse_samples(path: Path) -> list[Record]:
+    """One lm-eval samples_*.jsonl -> records. Each metric key listed in `metrics` becomes a score."""
+    records = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            s = json.loads(line)
+            scores = {m: _score(s[m]) for m in s["metrics"]}
+        except (ValueError, KeyError, TypeError) as e:
+            raise EngineError(f"{path}:{lineno}: not an lm-eval sample record ({e})") from None
+        bad = [m for m, v in scores.items() if v is None]
+        if bad:
+            raise EngineError(f"{path}:{lineno}: metric(s) {bad} are not finite numbers")
+        resp = s.get("filtered_resps")
+        records.append(Record(item_id=str(s["doc_id"]), scores=scores, prompt_hash=s.get("prompt_hash"),
+                              doc_hash=s.get("doc_hash"), response=json.dumps(resp)[:2000],
+                              extra={"target": str(s.get("target"))[:500]}))
+    return records
+
+
+def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, python: Path, data_dir: Path,
+               work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path) -> None:
+    """Run the given tasks in one lm-eval process, then hand each task's records to `sink`."""
+    if not python.exists():
+        raise MissingEnvError("the lm-eval environment", str(python.parent.parent))
+    include = materialize_tasks(ref, data_dir, work)
+    out = work / "lmeval-out"
+    argv = lmeval_argv(python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if rc != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
+        raise EngineError(f"lm-eval exited with code {rc} (log: {log_path})", variant=endpoint.model, log_tail=tail)
+    for t in tasks:
+        files = sorted(out.rglob(f"samples_{t.name}_*.jsonl"), key=lambda p: p.stat().st_mtime)
+        if not files:
+            raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {log_path})", variant=endpoint.model)
+        sink(t, parse_samples(files[-1]))

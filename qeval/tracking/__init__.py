@@ -1,0 +1,1 @@
+"""Tracking adapters: views of the run record in an experiment tracker."""

@@ -1,0 +1,108 @@
+"""Log a run record to MLflow: a parent run per campaign, a child run per variant.
+
+Uses an explicit MlflowClient (no global tracking state). Idempotent: a record already logged
+(tag qeval.run_id) is not logged twice, so `qeval sync` can be run any number of times.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ..record import RunRecord
+from ..store import ResultsStore
+
+_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def metric_name(*parts: str) -> str:
+    return "/".join(_BAD.sub("_", p) for p in parts)
+
+
+def default_tracking_uri(output_dir: Path) -> str:
+    return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+
+
+def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
+    m: dict[str, float] = {}
+    v = next(x for x in record.variants if x.name == name)
+    for s in v.suites:
+        for metric, value in s.means.items():
+            m[metric_name("quality", s.suite, metric)] = value
+    for c in (c for c in record.comparisons if c.variant == name):
+        for label, value in (("delta", c.delta), ("ci_low", c.ci_low), ("ci_high", c.ci_high), ("p", c.p_value),
+                             ("p_holm", c.p_adjusted), ("flip_rate", c.flip_rate)):
+            if value is not None:
+                m[metric_name(label, c.suite, c.metric)] = value
+    for g in (g for g in record.gates if g.variant == name):
+        m[metric_name("gate", g.suite, g.metric)] = 1.0 if g.verdict == "PASS" else 0.0
+    for label, value in (("memory/weights_bytes", v.weights_bytes), ("memory/engine_rss_bytes", v.engine_rss_bytes),
+                         ("time/startup_s", v.startup_seconds), ("time/eval_s", v.eval_seconds),
+                         ("time/quantize_s", v.quantize_seconds)):
+        if value is not None:
+            m[label] = float(value)
+    return m
+
+
+def items_table(store: ResultsStore, record: RunRecord, name: str) -> pd.DataFrame:
+    v = next(x for x in record.variants if x.name == name)
+    rows = []
+    for s in v.suites:
+        for r in store.records(v.key, s.key):
+            rows.append({"variant": name, "suite": s.suite, "item_id": r.item_id, "sample": r.sample,
+                         "group": r.group, "prompt_hash": r.prompt_hash, "doc_hash": r.doc_hash,
+                         "response": r.response, **{f"score.{k}": val for k, val in r.scores.items()}})
+    return pd.DataFrame(rows)
+
+
+def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: str | None = None) -> dict[str, str]:
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_name = experiment or record.campaign
+    exp = client.get_experiment_by_name(exp_name)
+    if exp is None:
+        artifacts = (run_dir.parent / "mlartifacts").resolve()
+        exp_id = client.create_experiment(exp_name, artifact_location=artifacts.as_uri())
+    else:
+        exp_id = exp.experiment_id
+    found = client.search_runs([exp_id], filter_string=f"tags.`qeval.run_id` = '{record.run_id}' "
+                                                         f"and tags.`qeval.role` = 'campaign'")
+    if found and found[0].info.status == "FINISHED":
+        return {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": found[0].info.run_id}
+    now = int(time.time() * 1000)
+    parent = client.create_run(exp_id, run_name=record.campaign, tags={
+        "qeval.run_id": record.run_id, "qeval.role": "campaign", "qeval.verdict": record.verdict,
+        "qeval.config_hash": record.config_hash, "qeval.schema_version": str(record.schema_version)})
+    pid = parent.info.run_id
+    params = [Param("baseline", record.variants[0].name if record.variants else ""),
+              Param("config_hash", record.config_hash), Param("multiplicity", record.multiplicity)]
+    params += [Param(f"env.{k}", str(v)[:500]) for k, v in record.environment.items()]
+    tags = [RunTag(f"verdict.{n}", v) for n, v in record.verdicts.items()]
+    client.log_batch(pid, params=params, tags=tags)
+    with ResultsStore(run_dir / "results.sqlite") as store, tempfile.TemporaryDirectory() as tmp:
+        for v in record.variants:
+            child = client.create_run(exp_id, run_name=v.name, tags={
+                "mlflow.parentRunId": pid, "qeval.run_id": record.run_id, "qeval.role": v.role,
+                "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline" else "NOT_EVALUATED"),
+                "qeval.status": v.status})
+            cid = child.info.run_id
+            vparams = {"method": v.method, "engine": v.engine, "engine_version": v.engine_version,
+                       "checkpoint_hash": v.checkpoint_hash or "", **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
+            client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()],
+                             metrics=[Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()])
+            if v.status == "ok":
+                table = Path(tmp) / f"items-{v.name}.parquet"
+                items_table(store, record, v.name).to_parquet(table)
+                client.log_artifact(cid, str(table), "items")
+            client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
+    for f in ("run.json", "report.md"):
+        if (run_dir / f).exists():
+            client.log_artifact(pid, str(run_dir / f))
+    client.set_terminated(pid, "FINISHED")
+    return {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
