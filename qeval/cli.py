@@ -14,7 +14,8 @@ from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
 err = Console(stderr=True)
-out = Console()
+# wide enough for the verdict table when stdout is a CI log, not a terminal
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 EXIT_FOR_VERDICT = {"PASS": EXIT_PASS, "FAIL": EXIT_GATE_FAILED, "INCONCLUSIVE": EXIT_GATE_FAILED,
                     "NOT_EVALUATED": EXIT_INFRA}
@@ -60,6 +61,9 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
                               config_file=str(config), command=sys.argv)
     except QevalError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        err.print("interrupted: every server was stopped; run the same command again to resume")
+        raise typer.Exit(130) from None
     rec = result.record
     out.print(verdict_table(rec))
     out.print(f"report:  {result.report_path}")
@@ -122,3 +126,7 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

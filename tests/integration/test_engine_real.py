@@ -1,0 +1,118 @@
+"""The engine lifecycle with a real vLLM server: it answers, and it never outlives its owner."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from qeval.config import EngineSpec, VariantSpec
+from qeval.engines.vllm import VllmEngine
+from qeval.errors import EngineError
+
+from .conftest import ROOT, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _all_gone(procs: list[psutil.Process], timeout: float = 60) -> bool:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return not alive
+
+
+def test_server_answers_openai_api(server):
+    engine, endpoint = server
+    assert endpoint.base_url.startswith("http://127.0.0.1:")
+    assert endpoint.engine_version == "0.32.0"
+    r = httpx.post(endpoint.base_url + "/chat/completions", timeout=60, json={
+        "model": endpoint.model, "temperature": 0, "max_tokens": 8,
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer with one word."}]})
+    assert "Paris" in r.json()["choices"][0]["message"]["content"]
+    r = httpx.post(endpoint.base_url + "/completions", timeout=60, json={
+        "model": endpoint.model, "prompt": "The capital of France is", "max_tokens": 0, "echo": True, "logprobs": 1})
+    lp = r.json()["choices"][0]["logprobs"]["token_logprobs"]
+    assert lp[0] is None and all(x < 0 for x in lp[1:])  # prompt logprobs: what loglikelihood tasks need
+    assert engine.health()
+    assert engine.memory().rss_bytes > 100 * 2**20
+
+
+def test_exception_inside_with_stops_the_server(settings, base_model, engine_spec, tmp_path):
+    engine = VllmEngine(variant=VariantSpec(name="doomed", method="bf16"), checkpoint=base_model, spec=engine_spec,
+                        settings=settings, log_dir=tmp_path)
+    procs: list[psutil.Process] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        with engine as endpoint:
+            procs = [psutil.Process(int(endpoint.info["pid"]))] + _descendants(int(endpoint.info["pid"]))
+            port = int(endpoint.base_url.split(":")[-1].split("/")[0])
+            raise RuntimeError("boom")
+    assert procs and _all_gone(procs, timeout=5)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_bad_checkpoint_fails_with_log_tail(settings, engine_spec, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    engine = VllmEngine(variant=VariantSpec(name="broken", method="bf16"), checkpoint=bad, spec=engine_spec,
+                        settings=settings, log_dir=tmp_path)
+    with pytest.raises(EngineError) as e:
+        engine.start()
+    msg = str(e.value)
+    assert "variant 'broken'" in msg and "engine log (tail)" in msg
+    assert engine.server is None
+
+
+def _campaign_file(tmp_path: Path, base_model: Path) -> Path:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""
+name: lifecycle
+model: {{path: {base_model}}}
+output_dir: {tmp_path / 'runs'}
+baseline: {{name: bf16, method: bf16}}
+variants: [{{name: same, method: checkpoint, checkpoint: {base_model}}}]
+engine: {{enforce_eager: true, kv_cache_gib: 1}}
+suites: [{{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}]
+mlflow: {{enabled: false}}
+""")
+    return cfg
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_server_outlives_the_cli(sig, base_model, tmp_path):
+    """Ctrl-C, a polite kill and a hard kill of `qeval run` during server start-up leave no process behind."""
+    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(_campaign_file(tmp_path, base_model))],
+                           env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    server = _wait_for(lambda: [p for p in _descendants(cli.pid) if "vllm" in " ".join(p.cmdline())], 60,
+                       "the vLLM server to be spawned")
+    time.sleep(5)  # let it get into model loading, with its own children
+    tree = server + [c for p in server for c in _descendants(p.pid)]
+    cli.send_signal(sig)
+    cli.wait(timeout=90)
+    if sig != signal.SIGKILL:
+        assert cli.returncode in (130, 143, -sig, 128 + sig), cli.returncode
+    assert _all_gone(tree, timeout=60), [p.cmdline()[:3] for p in tree if p.is_running()]

@@ -1,0 +1,97 @@
+"""The paired statistics, checked against scipy / statsmodels and brute force."""
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar
+
+from qeval.stats import flips, mcnemar_exact, mean_delta, noninferiority, paired_bootstrap_ci
+
+
+def binary_pair(n, p_base, p_flip, seed):
+    rng = np.random.default_rng(seed)
+    base = (rng.random(n) < p_base).astype(float)
+    cand = np.where(rng.random(n) < p_flip, 1 - base, base)
+    return base, cand
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_mcnemar_exact_matches_statsmodels(seed):
+    base, cand = binary_pair(120, 0.6, 0.15, seed)
+    f = flips(base, cand)
+    table = [[f.both, f.base_only], [f.cand_only, f.neither]]
+    want = mcnemar(table, exact=True).pvalue
+    assert mcnemar_exact(f).p_value == pytest.approx(want, rel=1e-9)
+
+
+def test_flips_count_by_brute_force():
+    base, cand = binary_pair(200, 0.5, 0.3, 1)
+    f = flips(base, cand)
+    assert f.base_only == sum(1 for b, c in zip(base, cand) if b == 1 and c == 0)
+    assert f.cand_only == sum(1 for b, c in zip(base, cand) if b == 0 and c == 1)
+    assert f.base_only + f.cand_only + f.both + f.neither == 200
+    assert f.rate == pytest.approx((f.base_only + f.cand_only) / 200)
+
+
+def test_no_discordant_pairs_gives_p_one():
+    x = np.array([1, 0, 1, 1.0])
+    assert mcnemar_exact(flips(x, x)).p_value == 1.0
+
+
+@pytest.mark.parametrize("conf", [0.9, 0.95])
+def test_mean_delta_matches_scipy_ttest_rel(conf):
+    rng = np.random.default_rng(3)
+    base = rng.normal(0.5, 0.2, 80)
+    cand = base + rng.normal(-0.02, 0.05, 80)
+    got = mean_delta(base, cand, confidence=conf)
+    ci = sps.ttest_rel(cand, base).confidence_interval(confidence_level=conf)
+    assert (got.ci_low, got.ci_high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert got.delta == pytest.approx((cand - base).mean())
+
+
+def test_bootstrap_agrees_with_scipy_percentile():
+    rng = np.random.default_rng(5)
+    base = rng.normal(0.6, 0.2, 150)
+    cand = base + rng.normal(-0.03, 0.1, 150)
+    ours = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=20000, seed=1)
+    ref = sps.bootstrap((cand - base,), np.mean, confidence_level=0.9, n_resamples=20000, method="percentile",
+                        random_state=2).confidence_interval
+    # two independent Monte Carlo estimates of the same quantiles: agree to Monte Carlo error
+    assert ours.ci_low == pytest.approx(ref.low, abs=0.003)
+    assert ours.ci_high == pytest.approx(ref.high, abs=0.003)
+
+
+def test_bootstrap_is_seeded_and_chunking_does_not_change_it():
+    base, cand = binary_pair(90, 0.5, 0.2, 2)
+    a = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=5000)
+    b = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=777)
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+
+
+def test_bootstrap_matches_brute_force_loop():
+    base, cand = binary_pair(40, 0.5, 0.25, 4)
+    d = cand - base
+    got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=3000, seed=11, chunk=3000)
+    rng = np.random.default_rng(11)
+    idx = rng.integers(0, len(d), size=(3000, len(d)))
+    means = [d[row].mean() for row in idx]
+    assert got.ci_low == pytest.approx(np.quantile(means, 0.05))
+    assert got.ci_high == pytest.approx(np.quantile(means, 0.95))
+
+
+def test_noninferiority_passes_identical_and_fails_a_clear_drop():
+    base, _ = binary_pair(300, 0.7, 0.0, 0)
+    assert noninferiority(base, base.copy(), margin=0.05).verdict == "PASS"
+    worse = base.copy()
+    worse[np.flatnonzero(base == 1)[:60]] = 0  # 20 points lower
+    r = noninferiority(base, worse, margin=0.05)
+    assert r.verdict == "FAIL" and r.lower_bound < -0.05
+
+
+def test_bad_input_is_rejected():
+    with pytest.raises(ValueError):
+        mean_delta(np.array([1.0, np.nan]), np.array([1.0, 0.0]))
+    with pytest.raises(ValueError):
+        flips(np.array([0.5]), np.array([1.0]))
+    with pytest.raises(ValueError):
+        paired_bootstrap_ci(np.ones(3), np.ones(4))

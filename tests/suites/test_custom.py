@@ -1,0 +1,84 @@
+"""Custom suite files: loading, the errors for bad lines, and the scorers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qeval.config import ScorerSpec
+from qeval.errors import ConfigError
+from qeval.suites.custom import load_items, load_suite
+from qeval.suites.scorers import build_scorer, first_number, normalize
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_project_suites_load():
+    for name in ("capitals", "arithmetic"):
+        s = load_suite(ROOT / "suites" / "custom" / f"{name}.yaml")
+        assert len(s.items) >= 40 and s.key.startswith(f"custom:{name}:")
+
+
+def jsonl(tmp_path, lines) -> Path:
+    p = tmp_path / "items.jsonl"
+    p.write_bytes(b"\n".join(x if isinstance(x, bytes) else x.encode() for x in lines) + b"\n")
+    return p
+
+
+OK = json.dumps({"id": "a", "prompt": "hi", "reference": "x"})
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("{not json", r"items.jsonl:line 2: not valid JSON"),
+    ('{"id": "b", "prompt": "p"}', r"line 2: reference: Field required"),
+    ('{"id": "b", "prompt": "p", "reference": "r", "extra": 1}', r"line 2: extra: unknown key"),
+    ('{"id": "a", "prompt": "p", "reference": "r"}', r"line 2: duplicate id 'a' \(first on line 1\)"),
+    ('[1, 2]', r"line 2: expected a JSON object"),
+    ('{"id": "b", "prompt": "p", "messages": [], "reference": "r"}', r"exactly one of `prompt` or `messages`"),
+    ('{"id": "b", "prompt": "p", "reference": NaN}', r"line 2: not valid JSON: NaN is not allowed"),
+])
+def test_bad_lines(tmp_path, bad, match):
+    with pytest.raises(ConfigError, match=match):
+        load_items(jsonl(tmp_path, [OK, bad]))
+
+
+def test_non_utf8_and_empty(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 2: not UTF-8"):
+        load_items(jsonl(tmp_path, [OK, b'{"id": "\xff"}']))
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(ConfigError, match="no items"):
+        load_items(empty)
+
+
+def test_descriptor_errors(tmp_path):
+    (tmp_path / "items.jsonl").write_text(OK + "\n")
+    d = tmp_path / "s.yaml"
+    d.write_text("name: s\nitems: items.jsonl\nscorers: [{kind: exakt}]\n")
+    with pytest.raises(ConfigError, match=r"s.yaml:scorers: unknown scorer 'exakt'. Did you mean 'exact'\?"):
+        load_suite(d)
+    d.write_text("name: s\nitems: items.jsonl\nscorer: [{kind: exact}]\n")
+    with pytest.raises(ConfigError, match=r"line 3: scorer: unknown key"):
+        load_suite(d)
+
+
+@pytest.mark.parametrize("kind, extra, response, reference, want", [
+    ("exact", {}, " Paris ", "Paris", 1.0),
+    ("exact", {}, "paris", "Paris", 0.0),
+    ("normalized", {}, "The Paris.", "paris", 1.0),
+    ("contains", {}, "It is Rome, of course", "Rome", 1.0),
+    ("contains", {}, "Romero", "Rome", 0.0),
+    ("contains", {}, "Bogotá", ["Bogota", "Bogotá"], 1.0),
+    ("numeric", {"tolerance": 0}, "The answer is 1,024.", "1024", 1.0),
+    ("numeric", {"tolerance": 0}, "-3", "3", 0.0),
+    ("numeric", {"tolerance": 0.01}, "3.14", "3.1416", 1.0),
+    ("regex", {"pattern": r"answer: (\w+)"}, "my answer: B", "b", 1.0),
+])
+def test_scorers(kind, extra, response, reference, want):
+    assert build_scorer(ScorerSpec(kind=kind, **extra))(response, reference) == want
+
+
+def test_helpers():
+    assert normalize("  The  Quick, brown fox! ") == "quick brown fox"
+    assert first_number("no number") is None
+    assert first_number("x = -2.5e3") == -2500.0
