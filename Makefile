@@ -30,7 +30,7 @@ assets: $(MODEL)/.stamp $(DATA)/.stamp
 $(MODEL)/.stamp: $(LLMC_ENV)/.stamp qeval/workers/convert_gguf.py
 	bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
 
-$(DATA)/.stamp: $(VENV)/.stamp
+$(DATA)/.stamp: scripts/fetch-bigbench.sh scripts/bigbench_to_jsonl.py
 	bash scripts/fetch-bigbench.sh $(DATA)
 
 demo: setup

@@ -11,13 +11,15 @@ import platform
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Iterator
 
 from .compare import adjust_holm, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, VariantSpec
 from .engines import build_engine
+from .progress import PlainReporter, Reporter
 from .errors import EngineError, MissingEnvError, QevalError, QuantizeError
 from .gates import evaluate, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
@@ -28,7 +30,6 @@ from .store import Record, ResultsStore
 from .suites.custom import CustomSuite, load_suite, run_custom
 from .suites.lmeval import LmEvalTask, resolve_tasks, run_lmeval
 
-Log = Callable[[str], None]
 
 
 @dataclass
@@ -75,6 +76,14 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base)
 
 
+@contextmanager
+def _stopping(engine) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        engine.stop()
+
+
 def _engine_spec(cfg: CampaignConfig, v: VariantSpec) -> EngineSpec:
     return cfg.engine.model_copy(update=v.engine) if v.engine else cfg.engine
 
@@ -95,9 +104,11 @@ def _environment(settings: Settings) -> dict[str, str]:
 
 
 class Campaign:
-    def __init__(self, cfg: CampaignConfig, settings: Settings, *, config_file: str = "", log: Log = print,
-                 command: list[str] | None = None):
-        self.cfg, self.settings, self.log = cfg, settings, log
+    def __init__(self, cfg: CampaignConfig, settings: Settings, *, config_file: str = "",
+                 reporter: Reporter | None = None, command: list[str] | None = None):
+        self.cfg, self.settings = cfg, settings
+        self.reporter = reporter or PlainReporter()
+        self.log = self.reporter.log
         self.config_file = config_file
         self.command = command or []
         self.run_dir = cfg.output_dir / cfg.name
@@ -117,10 +128,12 @@ class Campaign:
         key = q.cache_key(base, v)
         out = self.settings.variants / f"{base.name}-{v.method}-{key}"
         result.recipe = q.spec(base, v)
-        if not (out / "config.json").is_file():
-            self.log(f"[{v.name}] quantizing with {q.name} ({v.method}); log: {self.logs / f'quantize-{v.name}.log'}")
+        if (out / "config.json").is_file():
+            return out
+        log = self.logs / f"quantize-{v.name}.log"
         t0 = time.monotonic()
-        ckpt = q.quantize(base, v, out, self.logs / f"quantize-{v.name}.log")
+        with self.reporter.step(f"[{v.name}] quantizing ({v.method}, {q.name}; log {log})"):
+            ckpt = q.quantize(base, v, out, log)
         result.quantize_seconds = round(time.monotonic() - t0, 1)
         return ckpt
 
@@ -143,9 +156,10 @@ class Campaign:
         spec = _engine_spec(self.cfg, v)
         kind = "external" if v.method == "external" else spec.kind
         engine = build_engine(kind, v, ckpt, spec, self.settings, self.logs)
-        self.log(f"[{v.name}] starting {kind} engine")
         t0 = time.monotonic()
-        with engine as endpoint:
+        with self.reporter.step(f"[{v.name}] starting the {kind} engine"):
+            endpoint = engine.start()
+        with _stopping(engine):
             result.startup_seconds = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
             result.engine, result.engine_version = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {result.startup_seconds:.0f} s at {endpoint.base_url}")
@@ -154,23 +168,27 @@ class Campaign:
                 if store.is_complete(vkey, suite.key):
                     continue
                 done = store.done_ids(vkey, suite.key)
-                self.log(f"[{v.name}] custom/{suite.name}: {len(suite.items) - len(done)} items to go")
-                run_custom(suite, endpoint, done,
-                           lambda recs, s=suite: store.put(vkey, s.key, v.name, f"custom/{s.name}", recs),
-                           timeout_s=spec.request_timeout_s)
+                with self.reporter.step(f"[{v.name}] custom/{suite.name}", total=len(suite.items)) as advance:
+                    advance(len(done))
+
+                    def sink(recs: list[Record], s: CustomSuite = suite) -> None:
+                        store.put(vkey, s.key, v.name, f"custom/{s.name}", recs)
+                        advance(len(recs))
+
+                    run_custom(suite, endpoint, done, sink, timeout_s=spec.request_timeout_s)
                 store.mark_complete(vkey, suite.key, len(suite.items))
             for ref, tasks in p.lmeval:
                 todo = [t for t in tasks if not store.is_complete(vkey, t.key)]
                 if not todo:
                     continue
-                self.log(f"[{v.name}] lm-eval: {', '.join(t.name for t in todo)}")
 
-                def sink(t: LmEvalTask, recs: list[Record]) -> None:
+                def task_sink(t: LmEvalTask, recs: list[Record]) -> None:
                     store.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
                     store.mark_complete(vkey, t.key, len(recs))
 
-                run_lmeval(ref, todo, endpoint, self.settings.python(self.settings.vllm_env), self.settings.data,
-                           self.run_dir / "work" / v.name, sink, self.logs / f"lmeval-{v.name}.log")
+                with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
+                    run_lmeval(ref, todo, endpoint, self.settings.python(self.settings.vllm_env), self.settings.data,
+                               self.run_dir / "work" / v.name, task_sink, self.logs / f"lmeval-{v.name}.log")
             result.eval_seconds = round(time.monotonic() - t_eval, 1)
             mem = engine.memory()
             result.engine_rss_bytes = mem.rss_bytes
@@ -260,11 +278,12 @@ class Campaign:
         record.verdict = overall_verdict(record.verdicts)
 
 
-def publish(result: CampaignResult, cfg: CampaignConfig, log: Log = print) -> CampaignResult:
+def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | None = None) -> CampaignResult:
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
     from .report.markdown import write as write_markdown
     from .tracking.mlflow import default_tracking_uri, log_record
 
+    log = (reporter or PlainReporter()).log
     record = result.record
     result.report_path = write_markdown(record, result.run_dir / "report.md")
     if cfg.mlflow.enabled:
@@ -279,7 +298,8 @@ def publish(result: CampaignResult, cfg: CampaignConfig, log: Log = print) -> Ca
     return result
 
 
-def run(cfg: CampaignConfig, settings: Settings | None = None, *, log: Log = print, **kwargs) -> CampaignResult:
+def run(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
+        **kwargs) -> CampaignResult:
     """The library entry point: what the CLI, the notebook and the tests call."""
-    result = Campaign(cfg, settings or Settings.from_env(), log=log, **kwargs).run()
-    return publish(result, cfg, log)
+    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run()
+    return publish(result, cfg, reporter)

@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .progress import PlainReporter, RichReporter
 from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 # wide enough for the verdict table when stdout is a CI log, not a terminal
 out = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -57,8 +58,9 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
         cfg = load_config(config)
         if no_mlflow:
             cfg = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"enabled": False})})
-        result = campaign.run(cfg, Settings.from_env(), log=lambda m: err.print(m, highlight=False, markup=False),
-                              config_file=str(config), command=sys.argv)
+        reporter = RichReporter(err) if err.is_terminal else PlainReporter(lambda m: err.print(m, highlight=False,
+                                                                                                 markup=False))
+        result = campaign.run(cfg, Settings.from_env(), reporter=reporter, config_file=str(config), command=sys.argv)
     except QevalError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -1,0 +1,130 @@
+"""A whole campaign on the real model, killed half-way and resumed: nothing lost, nothing duplicated."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from qeval.record import RunRecord
+
+from .conftest import ROOT, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+EXPECTED = {"custom/capitals": 53, "custom/arithmetic": 40, "lm_eval/bb_general_knowledge": 30}
+
+
+def _config(tmp_path: Path, base_model: Path, endpoint) -> Path:
+    cfg = tmp_path / "e2e.yaml"
+    cfg.write_text(f"""
+name: e2e
+model: {{path: {base_model}}}
+output_dir: {tmp_path / 'runs'}
+baseline: {{name: bf16, method: bf16}}
+variants:
+  - {{name: int8, method: int8}}
+  # the session's bf16 server, already running: same model, so it must pair exactly and pass
+  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
+      checkpoint: {base_model}}}
+engine: {{enforce_eager: true, kv_cache_gib: 1}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
+  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_general_knowledge], limit: 30}}
+gates:
+  rules: [{{match: "*", margin: 0.1, alpha: 0.05}}]
+""")
+    return cfg
+
+
+def _count(db: Path, variant: str) -> int:
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT COUNT(*) FROM records WHERE variant=?", (variant,)).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+def _cli(cfg: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(COLUMNS="200"),
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def test_campaign_killed_and_resumed(server, base_model, tmp_path):
+    _, endpoint = server
+    cfg = _config(tmp_path, base_model, endpoint)
+    db = tmp_path / "runs" / "e2e" / "results.sqlite"
+
+    # 1. run until the int8 variant is part-way through its first suite, then SIGKILL: no clean-up at all
+    first = _cli(cfg, tmp_path / "first.log")
+    deadline = time.monotonic() + 1200
+    while _count(db, "int8") < 10:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "int8 never started"
+        time.sleep(0.5)
+    servers = [p for p in psutil.Process(first.pid).children(recursive=True)]
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    # the server dies with its parent (parent-death signal), even after a SIGKILL
+    _, alive = psutil.wait_procs(servers, timeout=60)
+    assert not alive, [p.cmdline()[:4] for p in alive]
+    partial = _count(db, "int8")
+    assert 10 <= partial < sum(EXPECTED.values())
+
+    # 2. the same command again resumes: the baseline is not re-run, int8 finishes
+    second = _cli(cfg, tmp_path / "second.log")
+    rc = second.wait(timeout=1500)
+    log = (tmp_path / "second.log").read_text()
+    assert rc in (0, 1), log[-3000:]
+    assert "resuming run" in log and "[bf16] every suite already in the store" in log
+
+    # 3. every item once, per variant and suite
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT variant, suite, COUNT(*), COUNT(DISTINCT item_id) FROM records GROUP BY 1, 2").fetchall()
+    got = {(v, s): (n, d) for v, s, n, d in rows}
+    for v in ("bf16", "int8", "same"):
+        for s, n in EXPECTED.items():
+            assert got[(v, s)] == (n, n), (v, s, got.get((v, s)))
+
+    # 4. the record, the verdicts and the statistics
+    rec = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
+    assert rec.finished_at and rec.verdict in ("PASS", "FAIL")
+    same = [c for c in rec.comparisons if c.variant == "same"]
+    assert same and all(c.delta == 0 and c.ci_low == 0 and (c.flip_rate in (None, 0)) for c in same)
+    assert rec.verdicts["same"] == "PASS"
+    int8 = {(c.suite, c.metric): c for c in rec.comparisons if c.variant == "int8"}
+    assert int8[("custom/capitals", "contains")].n_paired == 53
+    assert rec.verdicts["int8"] in ("PASS", "FAIL")
+    assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "int8": "ok", "same": "ok"}
+    assert next(v for v in rec.variants if v.name == "int8").weights_bytes < \
+        next(v for v in rec.variants if v.name == "bf16").weights_bytes
+
+    # 5. MLflow has the parent run, one child per variant, and the per-item tables
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=rec.tracking["tracking_uri"])
+    parent = client.get_run(rec.tracking["parent_run_id"])
+    assert parent.data.tags["qeval.verdict"] == rec.verdict
+    children = client.search_runs([rec.tracking["experiment_id"]],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(c.info.run_name for c in children) == ["bf16", "int8", "same"]
+    int8_run = next(c for c in children if c.info.run_name == "int8")
+    assert "delta/custom/capitals/contains" in int8_run.data.metrics
+    assert [a.path for a in client.list_artifacts(int8_run.info.run_id, "items")] == ["items/items-int8.parquet"]
+
+    # 6. the report leads with the verdict
+    report = (tmp_path / "runs" / "e2e" / "report.md").read_text()
+    assert f"**Overall verdict: {rec.verdict}**" in report and "| int8 | custom/capitals / contains |" in report
+    json.loads((tmp_path / "runs" / "e2e" / "run.json").read_text())  # well-formed

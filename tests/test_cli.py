@@ -1,0 +1,61 @@
+"""The CLI: bad input exits 2 with one line naming the file and the place, and writes nothing."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def qeval(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qeval.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def base(tmp_path: Path, suite: str = f"{ROOT}/suites/custom/capitals.yaml") -> str:
+    return f"""name: t
+model: {{builtin: smollm2-135m-instruct}}
+output_dir: {tmp_path}/runs
+baseline: {{name: base, method: bf16}}
+variants:
+  - {{name: q, method: gptq}}
+suites:
+  - {{kind: custom, path: {suite}}}
+"""
+
+
+@pytest.mark.parametrize("mutate, expect", [
+    (lambda t: t.replace("method: gptq", "methd: gptq"), r"c.yaml:line 6: variants.0.methd: unknown key (did you mean 'method'?)"),
+    (lambda t: t.replace("{name: q, method: gptq}", "{name: q, method: checkpoint, checkpoint: /nope}"),
+     "c.yaml:variant q: checkpoint: /nope does not exist"),
+    (lambda t: t + "engine: {startup_timeout_s: -1}\n", "c.yaml:line 9: engine.startup_timeout_s"),
+])
+def test_bad_config_exits_2_with_one_line(tmp_path, mutate, expect):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(mutate(base(tmp_path)))
+    for cmd in ("run", "validate"):
+        r = qeval(cmd, str(cfg))
+        assert r.returncode == 2, r.stderr
+        assert expect in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_suite_line_not_json_exits_2(tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "prompt": "p", "reference": "r"}\n{"id": "b", "prompt": \n')
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nitems: items.jsonl\nscorers: [{kind: exact}]\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(base(tmp_path, str(suite)))
+    r = qeval("run", str(cfg))
+    assert r.returncode == 2
+    assert f"{items}:line 2: not valid JSON" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_config_file(tmp_path):
+    r = qeval("run", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "nope.yaml: file not found" in r.stderr
