@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .compare import adjust_holm, align, compare_metric
-from .config import CampaignConfig, CustomSuiteRef, EngineSpec, VariantSpec
+from .compare import adjust_all, align, compare_metric
+from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
 from .progress import PlainReporter, Reporter
 from .errors import EngineError, MissingEnvError, QevalError, QuantizeError
 from .gates import evaluate, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for
-from .record import RunRecord, SuiteSummary, VariantResult
+from .record import RunRecord, SuiteSummary, VariantResult, prior_run
 from .settings import Settings
 from .store import Record, ResultsStore
 from .suites.custom import CustomSuite, load_suite, run_custom
@@ -215,12 +215,12 @@ class Campaign:
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
-        prior = RunRecord.load(record_path) if record_path.exists() else None
-        resuming = prior is not None and prior.finished_at is None and prior.config_hash == cfg.config_hash()
-        record = RunRecord(run_id=prior.run_id if resuming else uuid.uuid4().hex, campaign=cfg.name,
+        prior = prior_run(record_path)
+        resuming = prior is not None and prior["finished_at"] is None and prior["config_hash"] == cfg.config_hash()
+        record = RunRecord(run_id=prior["run_id"] if resuming else uuid.uuid4().hex, campaign=cfg.name,
                            config_hash=cfg.config_hash(), config=cfg.model_dump(mode="json"),
                            config_file=self.config_file, command=self.command,
-                           started_at=prior.started_at if resuming else _now(),
+                           started_at=prior["started_at"] if resuming else _now(),
                            environment=_environment(self.settings))
         record.save(record_path)
         if resuming:
@@ -266,12 +266,11 @@ class Campaign:
                     metrics = sorted(paired.base)
                     for m in metrics:
                         is_primary = m == (primary or metrics[0])
-                        rule = rule_for(cfg.gates, suite, m)
-                        alpha = rule.alpha if rule else 0.05
-                        comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, alpha,
-                                                          cfg.gates.bootstrap_resamples, cfg.gates.seed))
-        record.comparisons = adjust_holm(comparisons)
-        record.gates = evaluate(cfg.gates, record.comparisons)
+                        rule = rule_for(cfg.gates, suite, m) or GateRule()
+                        comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates))
+        record.comparisons = adjust_all(comparisons, cfg.gates.correction)
+        record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
+        record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])
         for v in cfg.variants:
             evaluated = base_key is not None and v.name in keys
             record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
@@ -280,12 +279,14 @@ class Campaign:
 
 def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | None = None) -> CampaignResult:
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
-    from .report.markdown import write as write_markdown
+    from .report import write_all
     from .tracking.mlflow import default_tracking_uri, log_record
 
     log = (reporter or PlainReporter()).log
     record = result.record
-    result.report_path = write_markdown(record, result.run_dir / "report.md")
+    paths = write_all(record, result.run_dir)
+    result.report_path = paths["report"]
+    result.extras.update({k: str(v) for k, v in paths.items()})
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
         try:

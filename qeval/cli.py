@@ -18,8 +18,13 @@ err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever 
 # wide enough for the verdict table when stdout is a CI log, not a terminal
 out = Console(width=None if sys.stdout.isatty() else 160)
 
-EXIT_FOR_VERDICT = {"PASS": EXIT_PASS, "FAIL": EXIT_GATE_FAILED, "INCONCLUSIVE": EXIT_GATE_FAILED,
-                    "NOT_EVALUATED": EXIT_INFRA}
+
+
+def exit_code(record) -> int:
+    """0 pass, 1 a gate failed (or was inconclusive, unless the policy lets that pass), 3 not evaluated."""
+    if record.verdict == "PASS" or (record.verdict == "INCONCLUSIVE" and record.inconclusive == "pass"):
+        return EXIT_PASS
+    return EXIT_INFRA if record.verdict == "NOT_EVALUATED" else EXIT_GATE_FAILED
 
 
 def _sigterm(signum: int, frame: object) -> None:
@@ -32,16 +37,20 @@ def _fail(e: QevalError) -> None:
     raise typer.Exit(e.exit_code)
 
 
+def _num(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def verdict_table(record) -> Table:
     t = Table(title=f"qeval: {record.campaign} — overall {record.verdict}")
-    for col in ("variant", "gate", "baseline", "variant score", "delta", "lower bound", "margin", "result"):
+    for col in ("variant", "gate", "baseline", "variant score", "delta", "lower bound", "margin", "MDE", "result"):
         t.add_column(col)
     for g in record.gates:
-        c = next(c for c in record.comparisons if (c.variant, c.suite, c.metric) == (g.variant, g.suite, g.metric))
-        t.add_row(g.variant, f"{g.suite}/{g.metric}", f"{c.base_mean:.3f}", f"{c.variant_mean:.3f}",
-                  f"{g.delta:+.3f}", f"{g.lower_bound:+.3f}", f"-{g.margin:.3f}", g.verdict)
+        t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".3f"), _num(g.variant_mean, ".3f"),
+                  _num(g.delta, "+.3f"), _num(g.lower_bound, "+.3f"), f"-{g.margin:.3f}", _num(g.mde, ".3f"),
+                  g.verdict)
     for name, v in record.verdicts.items():
-        t.add_row(name, "(variant verdict)", "", "", "", "", "", f"[bold]{v}[/]")
+        t.add_row(name, "(variant verdict)", "", "", "", "", "", "", f"[bold]{v}[/]")
     return t
 
 
@@ -69,12 +78,13 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
     rec = result.record
     out.print(verdict_table(rec))
     out.print(f"report:  {result.report_path}")
+    out.print(f"JUnit:   {result.extras.get('junit')}")
     out.print(f"record:  {result.record_path}")
     if rec.tracking.get("parent_run_id"):
         out.print(f"MLflow:  run {rec.tracking['parent_run_id']} (experiment {rec.tracking['experiment_id']}) "
                   f"at {rec.tracking['tracking_uri']}")
         out.print(f"         browse: mlflow ui --backend-store-uri {rec.tracking['tracking_uri']}")
-    raise typer.Exit(EXIT_FOR_VERDICT[rec.verdict])
+    raise typer.Exit(exit_code(rec))
 
 
 @app.command()
@@ -94,17 +104,49 @@ def validate(config: Path) -> None:
               f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks")
 
 
+@app.command("plan")
+def plan_cmd(config: Path, flip_rate: float = typer.Option(0.1, help="assumed share of items whose result flips"),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Before running: each suite's n, the smallest drop it can detect, and whether that meets the margin."""
+    from .campaign import plan
+    from .config import load_config
+    from .planning import as_json as plans_json, plan_power
+    from .settings import Settings
+
+    settings = Settings.from_env()
+    try:
+        cfg = load_config(config)
+        plans = plan_power(cfg, plan(cfg, settings, str(config)), settings.data, flip_rate)
+    except QevalError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(plans_json(plans))
+        return
+    t = Table(title=f"{config}: power at each gate's alpha and beta")
+    for col in ("suite", "metric", "n", "margin", "alpha", "power", "MDE (no pilot)", f"MDE ({flip_rate:.0%} flips)",
+                "n needed", "supports margin"):
+        t.add_column(col)
+    for s in plans:
+        t.add_row(s.suite, s.metric, str(s.n), s.margin_note, f"{s.rule.alpha:g}", f"{1 - s.rule.beta:.0%}",
+                  f"{s.mde_worst:.3f}", f"{s.mde_assumed:.3f}", str(s.n_needed), "yes" if s.supports else "NO")
+    out.print(t)
+    out.print("MDE: the smallest true drop the suite detects (one-sided, normal approximation). 'No pilot' assumes "
+              "the worst-case variance of a 0/1 difference (0.5); relative margins are shown against the margin "
+              "fraction until a baseline score exists.")
+
+
 @app.command()
 def report(run_dir: Path) -> None:
-    """(Re)write report.md of a finished run from its run record."""
+    """(Re)write report.md, summary.md and junit.xml of a run from its run record."""
     from .record import RunRecord
-    from .report.markdown import write
+    from .report import write_all
 
     path = run_dir / "run.json"
     if not path.is_file():
         _fail(QevalError(f"{path}: no run record here"))
     rec = RunRecord.load(path)
-    out.print(f"wrote {write(rec, run_dir / 'report.md')}")
+    for path in write_all(rec, run_dir).values():
+        out.print(f"wrote {path}")
 
 
 @app.command()

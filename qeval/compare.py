@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
-from statsmodels.stats.multitest import multipletests
 
+from .config import GatePolicy, GateRule
 from .errors import QevalError
 from .record import Comparison
-from .stats import flips, mcnemar_exact, mean_delta, paired_bootstrap_ci
+from .stats import (adjust, clustered_mean_delta, flips, is_binary, mcnemar_exact, mean_delta, observed_power,
+                    paired_bootstrap_ci, sign_flip_permutation, wilcoxon)
 from .store import Record
 
 
@@ -21,6 +21,7 @@ class PairingError(QevalError):
 @dataclass(frozen=True)
 class Paired:
     ids: list[str]
+    groups: list[str | None]
     base: dict[str, np.ndarray]  # metric -> scores in `ids` order
     cand: dict[str, np.ndarray]
     unpaired_base: list[str]
@@ -39,41 +40,53 @@ def align(suite: str, base: list[Record], cand: list[Record]) -> Paired:
                 raise PairingError(f"suite {suite}: item {i!r} has a different {field} for the baseline "
                                    f"({hb[:12]}) and the variant ({hc[:12]}): the prompts are not the same")
     metrics = sorted(set.intersection(*(set(b[i].scores) & set(c[i].scores) for i in ids))) if ids else []
-    return Paired(ids=ids, base={m: np.array([b[i].scores[m] for i in ids]) for m in metrics},
+    return Paired(ids=ids, groups=[b[i].group for i in ids],
+                  base={m: np.array([b[i].scores[m] for i in ids]) for m in metrics},
                   cand={m: np.array([c[i].scores[m] for i in ids]) for m in metrics},
                   unpaired_base=sorted(b.keys() - c.keys()), unpaired_cand=sorted(c.keys() - b.keys()))
 
 
-def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Paired, alpha: float,
-                   resamples: int, seed: int) -> Comparison:
+def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Paired, rule: GateRule,
+                   policy: GatePolicy) -> Comparison:
     base, cand = p.base[metric], p.cand[metric]
-    conf = 1 - 2 * alpha  # two-sided interval whose lower end is the one-sided (1 - alpha) bound
-    boot = paired_bootstrap_ci(base, cand, confidence=conf, resamples=resamples, seed=seed)
+    conf = 1 - 2 * rule.alpha  # two-sided interval whose ends are the one-sided (1 - alpha) bounds
     t = mean_delta(base, cand, confidence=conf)
-    binary = bool(np.isin(base, (0, 1)).all() and np.isin(cand, (0, 1)).all())
+    grouped = all(g is not None for g in p.groups) and len(set(p.groups)) > 1
+    if grouped:
+        ci = clustered_mean_delta(base, cand, [str(g) for g in p.groups], confidence=conf)
+        low, high, method = ci.ci_low, ci.ci_high, ci.method
+    elif policy.interval == "t":
+        low, high, method = t.ci_low, t.ci_high, t.method
+    else:
+        boot = paired_bootstrap_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,
+                                   seed=policy.seed, method="bca" if policy.interval == "bca" else "percentile")
+        low, high, method = boot.ci_low, boot.ci_high, boot.method
+    binary = is_binary(base, cand)
+    power = observed_power(base, cand, binary, alpha=rule.alpha, beta=rule.beta)
     extra: dict = {}
     if binary:
         f = flips(base, cand)
         mc = mcnemar_exact(f)
         extra = dict(flips_base_only=f.base_only, flips_variant_only=f.cand_only, flip_rate=f.rate,
-                     p_value=mc.p_value, p_method=mc.method)
+                     flip_rate_ci=f.rate_ci(), p_value=mc.p_value, p_method=mc.method)
     else:
-        d = cand - base
-        p_w = 1.0 if not np.any(d) else float(sps.wilcoxon(cand, base, zero_method="wilcox").pvalue)
-        extra = dict(p_value=p_w, p_method="wilcoxon-signed-rank")
+        w = wilcoxon(base, cand)
+        perm = sign_flip_permutation(base, cand, resamples=policy.bootstrap_resamples, seed=policy.seed)
+        extra = dict(p_value=w.p_value, p_method=w.method, p_permutation=perm.p_value)
     return Comparison(variant=variant, suite=suite, metric=metric, primary=primary, n_paired=len(p.ids),
                       unpaired_base=len(p.unpaired_base), unpaired_variant=len(p.unpaired_cand),
-                      base_mean=t.base_mean, variant_mean=t.cand_mean, delta=t.delta, ci_low=boot.ci_low,
-                      ci_high=boot.ci_high, t_ci_low=t.ci_low, t_ci_high=t.ci_high, confidence=conf,
-                      binary=binary, **extra)
+                      base_mean=t.base_mean, variant_mean=t.cand_mean, delta=t.delta, ci_low=low, ci_high=high,
+                      interval_method=method, confidence=conf, t_ci_low=t.ci_low, t_ci_high=t.ci_high,
+                      n_groups=len(set(p.groups)) if grouped else None, binary=binary, mde=power.mde,
+                      power_method=power.method, **extra)
 
 
-def adjust_holm(comparisons: list[Comparison]) -> list[Comparison]:
-    """Holm-adjust the p-values of every comparison in the campaign (statsmodels' multipletests)."""
+def adjust_all(comparisons: list[Comparison], method: str) -> list[Comparison]:
+    """Correct the p-values of every comparison in the campaign together."""
     idx = [k for k, c in enumerate(comparisons) if c.p_value is not None]
     if not idx:
         return comparisons
-    adj = multipletests([comparisons[k].p_value for k in idx], method="holm")[1]
+    adj = adjust([comparisons[k].p_value for k in idx], method)
     out = list(comparisons)
     for k, a in zip(idx, adj):
         out[k] = out[k].model_copy(update={"p_adjusted": float(a)})

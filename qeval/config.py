@@ -120,15 +120,24 @@ SuiteRef = Annotated[CustomSuiteRef | LmEvalSuiteRef, Field(discriminator="kind"
 
 
 class GateRule(Strict):
-    match: str = "*"  # glob over "suite/metric"
+    """One line of a gate policy: which metrics, what "no worse" means for them, and how sure to be."""
+
+    match: str = "*"  # glob over "suite/metric", e.g. "lm_eval/*/acc" or "custom/capitals/contains"
+    mode: Literal["noninferiority", "equivalence", "superiority"] = "noninferiority"
+    direction: Literal["higher", "lower"] = "higher"  # is a higher score better?
     margin: float = Field(0.05, ge=0)
     relative: bool = False  # margin as a fraction of the baseline's score
     alpha: float = Field(0.05, gt=0, lt=0.5)
+    beta: float = Field(0.2, gt=0, lt=1)  # 1 - the power the suite must have to detect the margin
     action: Literal["fail", "warn"] = "fail"
+    required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
 
 
 class GatePolicy(Strict):
     rules: list[GateRule] = [GateRule()]
+    interval: Literal["bootstrap", "bca", "t"] = "bootstrap"  # the bound the gate reads (clustered-t if grouped)
+    correction: Literal["holm", "bh", "none"] = "holm"  # for the p-values across the campaign
+    inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
     bootstrap_resamples: int = Field(10000, ge=100)
     seed: int = 0
 
@@ -147,7 +156,7 @@ class CampaignConfig(Strict):
     variants: list[VariantSpec] = Field(min_length=1)
     engine: EngineSpec = EngineSpec()
     suites: list[SuiteRef] = Field(min_length=1)
-    gates: GatePolicy = GatePolicy()
+    gates: GatePolicy | Path = GatePolicy()  # inline, or a policy file
     mlflow: MlflowSpec = MlflowSpec()
     seed: int = 0
 
@@ -256,6 +265,13 @@ def _resolve(p: Path | None, base: Path) -> Path | None:
     return None if p is None else (p if p.is_absolute() else (base / p).resolve())
 
 
+def load_policy(path: Path) -> GatePolicy:
+    data, node = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping (a gate policy)", file=str(path))
+    return parse_model(GatePolicy, data, str(path), node)
+
+
 def load_config(path: str | Path) -> CampaignConfig:
     """Read and validate a campaign file. Relative paths are taken from the file's folder."""
     path = Path(path)
@@ -271,6 +287,8 @@ def load_config(path: str | Path) -> CampaignConfig:
     model = cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
     cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
                                  "output_dir": _resolve(cfg.output_dir, base)})
+    if isinstance(cfg.gates, Path):
+        cfg = cfg.model_copy(update={"gates": load_policy(_resolve(cfg.gates, base))})
     for v in cfg.all_variants():
         if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():
             where = f"variant {v.name}: checkpoint"

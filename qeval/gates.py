@@ -1,4 +1,9 @@
-"""Gate policy -> verdicts. Pure: comparisons in, gate results out."""
+"""Gate policy -> verdicts. Pure: comparisons in, gate results out.
+
+The overall PASS needs every gate to pass: an intersection-union test, which keeps the false-pass
+rate at each gate's alpha without a multiplicity correction (Berger, 1982). Corrections apply to
+the p-values that look for differences, and the report says which one.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from fnmatch import fnmatchcase
 
 from .config import GatePolicy, GateRule
 from .record import Comparison, GateResult, GateVerdict
+from .stats import decide
 
 
 def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
@@ -14,31 +20,50 @@ def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
     return hits[-1] if hits else None
 
 
-def evaluate(policy: GatePolicy, comparisons: list[Comparison]) -> list[GateResult]:
+def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
+    sign = 1.0 if rule.direction == "higher" else -1.0  # orient so that positive is better
+    delta, low, high = sign * c.delta, *sorted((sign * c.ci_low, sign * c.ci_high))
+    margin = rule.margin * abs(c.base_mean) if rule.relative else rule.margin
+    d = decide(rule.mode, low, high, margin, mde=c.mde)
+    verdict: GateVerdict = d.verdict
+    if verdict == "FAIL" and rule.action == "warn":
+        verdict = "WARN"
+    return GateResult(variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, mode=rule.mode,
+                      margin=margin, margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
+                      alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
+                      delta=delta, lower_bound=low, upper_bound=high, mde=c.mde, p_value=c.p_value,
+                      p_adjusted=c.p_adjusted, action=rule.action, verdict=verdict, reason=d.reason)
+
+
+def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str]) -> list[GateResult]:
     results = []
     for c in comparisons:
-        if not c.primary:
-            continue
+        explicit = [r for r in policy.rules if "*" not in r.match and r.match == f"{c.suite}/{c.metric}"]
+        if not c.primary and not explicit:
+            continue  # secondary metrics are reported, gated only when a rule names them
         rule = rule_for(policy, c.suite, c.metric)
-        if rule is None:
-            continue
-        margin = rule.margin * abs(c.base_mean) if rule.relative else rule.margin
-        ok = c.ci_low > -margin
-        verdict: GateVerdict = "PASS" if ok else ("FAIL" if rule.action == "fail" else "WARN")
-        results.append(GateResult(
-            variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, margin=margin,
-            margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
-            alpha=rule.alpha, lower_bound=c.ci_low, delta=c.delta, action=rule.action, verdict=verdict))
+        if rule is not None:
+            results.append(_gate(c, rule, policy))
+    # a metric the policy requires but the campaign lacks is a failure, never a silent pass
+    for rule in (r for r in policy.rules if r.required):
+        for v in variants:
+            if not any(g.variant == v and fnmatchcase(f"{g.suite}/{g.metric}", rule.match) for g in results):
+                suite, _, metric = rule.match.rpartition("/")
+                results.append(GateResult(variant=v, suite=suite, metric=metric, rule=rule.match, mode=rule.mode,
+                                          margin=rule.margin, margin_spec=f"{rule.margin:g}", alpha=rule.alpha,
+                                          beta=rule.beta, action=rule.action, verdict="FAIL",
+                                          reason="required metric missing from the campaign"))
     return results
 
 
 def variant_verdict(gates: list[GateResult], evaluated: bool) -> GateVerdict:
     if not evaluated:
         return "NOT_EVALUATED"
-    if any(g.verdict == "FAIL" for g in gates):
+    verdicts = {g.verdict for g in gates}
+    if "FAIL" in verdicts:
         return "FAIL"
-    if not gates:
-        return "INCONCLUSIVE"  # nothing was gated: no evidence either way
+    if "INCONCLUSIVE" in verdicts or not gates:
+        return "INCONCLUSIVE"  # nothing was shown either way
     return "PASS"
 
 

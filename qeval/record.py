@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 1
+from .errors import ConfigError
+
+SCHEMA_VERSION = 2  # 2: gate modes, power (MDE), interval method, correction
 
 Status = Literal["ok", "error", "skipped"]
 GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED"]
@@ -46,6 +49,8 @@ class VariantResult(_Model):
 
 
 class Comparison(_Model):
+    """Everything the paired statistics say about one (variant, suite, metric)."""
+
     variant: str
     suite: str
     metric: str
@@ -55,19 +60,25 @@ class Comparison(_Model):
     unpaired_variant: int
     base_mean: float
     variant_mean: float
-    delta: float
-    ci_low: float  # paired bootstrap, two-sided (1 - 2 alpha): its lower end is the one-sided bound
+    delta: float  # variant - baseline, in the metric's units
+    ci_low: float  # the interval the gate reads: two-sided (1 - 2 alpha), so each end is a one-sided bound
     ci_high: float
+    interval_method: str
+    confidence: float
     t_ci_low: float
     t_ci_high: float
-    confidence: float
+    n_groups: int | None = None  # items carried a `group`: the interval is cluster-robust
     binary: bool
     flips_base_only: int | None = None
     flips_variant_only: int | None = None
     flip_rate: float | None = None
-    p_value: float | None = None  # McNemar exact (binary) or Wilcoxon signed-rank (continuous)
+    flip_rate_ci: tuple[float, float] | None = None
+    p_value: float | None = None  # McNemar exact (binary) or Wilcoxon signed-rank (continuous), two-sided
     p_method: str | None = None
-    p_adjusted: float | None = None  # Holm across every comparison of the campaign
+    p_permutation: float | None = None  # paired sign-flip permutation (continuous)
+    p_adjusted: float | None = None  # corrected across every comparison of the campaign
+    mde: float | None = None  # smallest drop this suite detects at the rule's alpha and beta
+    power_method: str | None = None
 
 
 class GateResult(_Model):
@@ -75,13 +86,22 @@ class GateResult(_Model):
     suite: str
     metric: str
     rule: str
+    mode: str
     margin: float  # absolute, in the metric's units
     margin_spec: str  # as written: "0.05" or "5% of baseline"
     alpha: float
-    lower_bound: float
-    delta: float
+    beta: float
+    base_mean: float | None = None
+    variant_mean: float | None = None
+    delta: float | None = None  # oriented so that positive is better
+    lower_bound: float | None = None
+    upper_bound: float | None = None
+    mde: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
     action: Literal["fail", "warn"]
     verdict: GateVerdict
+    reason: str = ""
 
 
 class RunRecord(_Model):
@@ -101,6 +121,7 @@ class RunRecord(_Model):
     verdicts: dict[str, GateVerdict] = {}  # per variant
     verdict: GateVerdict = "NOT_EVALUATED"
     multiplicity: str = "holm"
+    inconclusive: str = "fail"
     tracking: dict[str, str] = {}
 
     def save(self, path: Path) -> None:
@@ -110,4 +131,18 @@ class RunRecord(_Model):
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
-        return cls.model_validate_json(path.read_text())
+        try:
+            return cls.model_validate_json(path.read_text())
+        except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(f"not a qeval run record of schema {SCHEMA_VERSION}: {first}", file=str(path)) from None
+
+
+def prior_run(path: Path) -> dict[str, Any] | None:
+    """What a resume needs of an earlier record (id, start, finish, config hash), read leniently:
+    a record of an older schema, or a torn one, just means no resume."""
+    try:
+        data = json.loads(path.read_text())
+        return {k: data[k] for k in ("run_id", "started_at", "finished_at", "config_hash")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

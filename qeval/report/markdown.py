@@ -23,25 +23,31 @@ TEMPLATE = """\
 {% endfor %}
 ## Gates
 
-Non-inferiority: a gate passes when the one-sided (1-alpha) lower confidence bound of
-delta = variant - baseline (paired bootstrap, {{ r.config.gates.bootstrap_resamples }} resamples, seed {{ r.config.gates.seed }}) lies above -margin.
+A gate reads the two-sided (1 - 2 alpha) interval of delta = variant - baseline (oriented so
+that positive is better), whose ends are one-sided (1 - alpha) bounds. Non-inferiority passes when
+the lower bound is above -margin; it fails when the bound is below, or when even the upper bound
+is; it is INCONCLUSIVE when the suite's minimum detectable effect (MDE, at alpha and power
+1 - beta, from the observed paired variance) exceeds the margin: the suite was too small to
+tell. INCONCLUSIVE counts as {{ "a failure" if r.inconclusive == "fail" else "a pass" }} for the exit code.
+A variant passes only if all its gates pass (an intersection-union test: no correction is needed
+for that verdict).
 
-| variant | suite / metric | baseline | variant | delta | lower bound | margin | alpha | result |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | suite / metric | mode | baseline | variant | delta | bounds | margin | MDE | result | why |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for g in r.gates -%}
-{% set c = comp(g) -%}
-| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ f(c.base_mean) }} | {{ f(c.variant_mean) }} | {{ s(g.delta) }} | {{ s(g.lower_bound) }} | -{{ f(g.margin) }} ({{ g.margin_spec }}) | {{ g.alpha }} | **{{ g.verdict }}** |
+| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ f(g.base_mean) }} | {{ f(g.variant_mean) }} | {{ s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} | **{{ g.verdict }}** | {{ g.reason }} |
 {% endfor %}
 ## Every comparison
 
-p: McNemar exact for 0/1 scores, Wilcoxon signed-rank otherwise; p (Holm): adjusted across all
-{{ r.comparisons | length }} comparisons of this campaign. Flips: b = baseline right / variant wrong,
-c = baseline wrong / variant right.
+p: McNemar exact for 0/1 scores, Wilcoxon signed-rank otherwise (a paired sign-flip permutation
+p is in the run record too); p ({{ r.multiplicity }}): corrected across all
+{{ r.comparisons | length }} comparisons of this campaign. Flips: b = baseline right / variant
+wrong, c = baseline wrong / variant right.
 
-| variant | suite / metric | n | delta | {{ "%.0f" % (100 * conf) }}% CI (bootstrap) | {{ "%.0f" % (100 * conf) }}% CI (paired t) | flips b / c | p | p (Holm) |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | suite / metric | n | delta | interval | method | paired t | flips b / c (rate) | p | p ({{ r.multiplicity }}) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for c in r.comparisons -%}
-| {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }}{% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
+| {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] ({{ "%.0f" % (100 * c.confidence) }}%) | {{ c.interval_method }} | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }} ({{ "%.1f" % (100 * c.flip_rate) }}%){% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
 {% endfor %}
 ## Scores per suite
 
@@ -63,27 +69,46 @@ c = baseline wrong / variant right.
 {% endfor %}
 """
 
+SUMMARY = """\
+### qeval {{ r.campaign }}: {{ r.verdict }}
+
+| variant | verdict | gates passed | failing gates |
+| --- | --- | --- | --- |
+{% for name, v in r.verdicts.items() -%}
+{% set gs = r.gates | selectattr("variant", "equalto", name) | list -%}
+| {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ g.verdict }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
+{% endfor %}
+"""
+
 
 def _mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:,.0f} MiB"
 
 
-def render(r: RunRecord) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=False, lstrip_blocks=False)
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _render(template: str, r: RunRecord) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     suites = sorted({s.suite for v in r.variants for s in v.suites})
 
     def score(v, suite: str) -> str:
         s = next((x for x in v.suites if x.suite == suite), None)
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
-    def comp(g):
-        return next(c for c in r.comparisons if (c.variant, c.suite, c.metric) == (g.variant, g.suite, g.metric))
+    return env.from_string(template).render(
+        r=r, suites=suites, score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
-    conf = r.comparisons[0].confidence if r.comparisons else 0.9
-    return env.from_string(TEMPLATE).render(
-        r=r, suites=suites, score=score, comp=comp, conf=conf, mib=_mib,
-        secs=lambda x: "-" if x is None else f"{x:.0f} s", f=lambda x: f"{x:.3f}", s=lambda x: f"{x:+.3f}",
-        p=lambda x: "-" if x is None else f"{x:.3g}")
+
+def render(r: RunRecord) -> str:
+    return _render(TEMPLATE, r)
+
+
+def render_summary(r: RunRecord) -> str:
+    """A short table for a CI job's summary page."""
+    return _render(SUMMARY, r)
 
 
 def write(r: RunRecord, path: Path) -> Path:

@@ -5,7 +5,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 
-from qeval.stats import flips, mcnemar_exact, mean_delta, noninferiority, paired_bootstrap_ci
+from qeval.stats import decide, flips, mcnemar_exact, mean_delta, paired_bootstrap_ci
 
 
 def binary_pair(n, p_base, p_flip, seed):
@@ -79,13 +79,16 @@ def test_bootstrap_matches_brute_force_loop():
     assert got.ci_high == pytest.approx(np.quantile(means, 0.95))
 
 
-def test_noninferiority_passes_identical_and_fails_a_clear_drop():
-    base, _ = binary_pair(300, 0.7, 0.0, 0)
-    assert noninferiority(base, base.copy(), margin=0.05).verdict == "PASS"
-    worse = base.copy()
-    worse[np.flatnonzero(base == 1)[:60]] = 0  # 20 points lower
-    r = noninferiority(base, worse, margin=0.05)
-    assert r.verdict == "FAIL" and r.lower_bound < -0.05
+def test_decisions():
+    assert decide("noninferiority", -0.02, 0.03, margin=0.05).verdict == "PASS"
+    assert decide("noninferiority", -0.08, 0.03, margin=0.05).verdict == "FAIL"
+    assert decide("noninferiority", -0.08, 0.03, margin=0.05, mde=0.2).verdict == "INCONCLUSIVE"
+    assert decide("noninferiority", -0.3, -0.1, margin=0.05, mde=0.2).verdict == "FAIL"  # clearly worse
+    assert decide("noninferiority", -0.02, 0.03, margin=0.05, mde=0.2).verdict == "INCONCLUSIVE"
+    assert decide("equivalence", -0.02, 0.03, margin=0.05).verdict == "PASS"
+    assert decide("equivalence", -0.02, 0.07, margin=0.05).verdict == "FAIL"
+    assert decide("superiority", 0.06, 0.1, margin=0.05).verdict == "PASS"
+    assert decide("superiority", 0.01, 0.1, margin=0.05).verdict == "FAIL"
 
 
 def test_bad_input_is_rejected():

@@ -1,0 +1,82 @@
+"""Before a run: how many items each suite has and the smallest drop it can detect."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .campaign import Plan
+from .config import CampaignConfig, GateRule
+from .gates import rule_for
+from .stats import mde, n_required
+from .stats.power import BINARY_PLANNING_VAR
+
+
+@dataclass(frozen=True)
+class SuitePlan:
+    suite: str
+    metric: str
+    n: int
+    rule: GateRule
+    margin_note: str
+    mde_worst: float  # no pilot: the binary planning variance
+    mde_assumed: float  # at the assumed flip rate
+    n_needed: int  # for the margin, at the assumed flip rate
+
+    @property
+    def supports(self) -> bool:
+        return self.mde_assumed <= self.rule.margin
+
+
+def _lmeval_primary(include: Path | None, task: str) -> str:
+    if include is not None:
+        for p in include.glob("*.yaml"):
+            spec = yaml.safe_load(p.read_text()) or {}
+            if spec.get("task") == task and spec.get("metric_list"):
+                return spec["metric_list"][0]["metric"]
+    return "acc"
+
+
+def _rows(data_dir: Path, include: Path | None, task: str) -> int | None:
+    if include is None:
+        return None
+    for p in include.glob("*.yaml"):
+        spec = yaml.safe_load(p.read_text()) or {}
+        if spec.get("task") == task:
+            files = (spec.get("dataset_kwargs") or {}).get("data_files") or {}
+            f = Path(str(files.get(spec.get("test_split", "test"), "")).replace("{qeval_data}", str(data_dir)))
+            if f.is_file():
+                return sum(1 for line in f.read_text().splitlines() if line.strip())
+    return None
+
+
+def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float = 0.1) -> list[SuitePlan]:
+    """Planning sigma: sqrt(flip_rate) (the variance of a 0/1 difference with that discordance, at most),
+    and the no-pilot worst case, sqrt(0.5)."""
+    entries: list[tuple[str, str, int]] = [(f"custom/{s.name}", s.primary, len(s.items)) for s in p.custom]
+    for ref, tasks in p.lmeval:
+        for t in tasks:
+            rows = _rows(data_dir, ref.include_path, t.name)
+            n = min(x for x in (rows, ref.limit) if x is not None) if (rows or ref.limit) else 0
+            entries.append((f"lm_eval/{t.name}", _lmeval_primary(ref.include_path, t.name), n))
+    out = []
+    for suite, metric, n in entries:
+        rule = rule_for(cfg.gates, suite, metric) or GateRule()
+        worst = mde(n, math.sqrt(BINARY_PLANNING_VAR), rule.alpha, rule.beta).mde
+        assumed = mde(n, math.sqrt(flip_rate), rule.alpha, rule.beta).mde
+        note = f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}"
+        out.append(SuitePlan(suite=suite, metric=metric, n=n, rule=rule, margin_note=note, mde_worst=worst,
+                             mde_assumed=assumed, n_needed=n_required(rule.margin, math.sqrt(flip_rate), rule.alpha,
+                                                                       rule.beta)))
+    return out
+
+
+def as_json(plans: list[SuitePlan]) -> str:
+    return json.dumps([{"suite": s.suite, "metric": s.metric, "n": s.n, "margin": s.margin_note,
+                        "alpha": s.rule.alpha, "beta": s.rule.beta, "mde_worst_case": s.mde_worst,
+                        "mde_assumed": s.mde_assumed, "n_needed": s.n_needed, "supports_margin": s.supports}
+                       for s in plans], indent=1)

@@ -1,0 +1,106 @@
+"""BCa, clustered errors, permutation, Wilcoxon, power and multiplicity against independent code."""
+
+import itertools
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import NormalIndPower
+
+from qeval.stats import (adjust, clustered_mean_delta, discordance_upper, flips, mcnemar_chi2, mde, n_required,
+                         observed_power, paired_bootstrap_ci, sign_flip_permutation, wilcoxon)
+
+
+def pair(n, seed, shift=-0.03, noise=0.1):
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.6, 0.2, n)
+    return base, base + rng.normal(shift, noise, n)
+
+
+def test_bca_agrees_with_scipy():
+    base, cand = pair(120, 1)
+    d = cand - base
+    ours = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=40000, seed=3, method="bca")
+    ref = sps.bootstrap((d,), np.mean, confidence_level=0.9, n_resamples=40000, method="BCa",
+                        random_state=4).confidence_interval
+    assert ours.method == "paired-bootstrap-bca"
+    assert ours.ci_low == pytest.approx(ref.low, abs=0.002) and ours.ci_high == pytest.approx(ref.high, abs=0.002)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clustered_se_matches_statsmodels(seed):
+    base, cand = pair(90, seed)
+    groups = np.repeat([f"g{k}" for k in range(15)], 6)
+    ours = clustered_mean_delta(base, cand, groups, confidence=0.9)
+    codes = np.unique(groups, return_inverse=True)[1]
+    fit = sm.OLS(cand - base, np.ones(90)).fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
+    assert ours.se == pytest.approx(float(fit.bse[0]), rel=1e-9)
+    lo, hi = fit.conf_int(alpha=0.1)[0]
+    assert (ours.ci_low, ours.ci_high) == (pytest.approx(lo, rel=1e-6), pytest.approx(hi, rel=1e-6))
+
+
+def test_permutation_exact_matches_brute_force_enumeration():
+    base, cand = pair(10, 7, shift=-0.1)
+    d = cand - base
+    obs = abs(d.mean())
+    count = sum(abs(np.mean(np.array(s) * d)) >= obs - 1e-12 for s in itertools.product((1, -1), repeat=10))
+    assert sign_flip_permutation(base, cand).p_value == pytest.approx(count / 2 ** 10)
+
+
+def test_permutation_monte_carlo_agrees_with_scipy():
+    base, cand = pair(60, 8, shift=-0.03)
+    ours = sign_flip_permutation(base, cand, resamples=20000, seed=1).p_value
+    ref = sps.permutation_test((cand - base,), np.mean, permutation_type="samples", n_resamples=20000,
+                               random_state=2).pvalue
+    assert ours == pytest.approx(ref, abs=0.015)
+
+
+def test_wilcoxon_matches_scipy():
+    base, cand = pair(50, 9)
+    assert wilcoxon(base, cand).p_value == pytest.approx(sps.wilcoxon(cand - base).pvalue)
+
+
+def test_mcnemar_chi2_matches_statsmodels():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    rng = np.random.default_rng(2)
+    base = (rng.random(200) < 0.6).astype(float)
+    cand = np.where(rng.random(200) < 0.2, 1 - base, base)
+    f = flips(base, cand)
+    ref = mcnemar([[f.both, f.base_only], [f.cand_only, f.neither]], exact=False, correction=True)
+    assert mcnemar_chi2(f).p_value == pytest.approx(ref.pvalue)
+    lo, hi = f.rate_ci()
+    assert lo <= f.rate <= hi
+
+
+@pytest.mark.parametrize("n, sigma", [(50, 0.4), (400, 0.7), (1000, 0.2)])
+def test_mde_matches_statsmodels_power(n, sigma):
+    got = mde(n, sigma, alpha=0.05, beta=0.2)
+    es = NormalIndPower().solve_power(effect_size=None, nobs1=n, alpha=0.05, power=0.8, ratio=0,
+                                      alternative="larger")
+    assert got.mde == pytest.approx(es * sigma, rel=1e-4)  # statsmodels solves numerically
+    need = n_required(got.mde, sigma)
+    assert need in (n, n + 1)  # the n that gives this MDE, up to rounding up
+
+
+def test_discordance_upper_is_clopper_pearson():
+    assert discordance_upper(0, 20) == pytest.approx(1 - 0.05 ** (1 / 20))
+    ref = sps.binomtest(3, 50).proportion_ci(confidence_level=0.9, method="exact").high
+    assert discordance_upper(3, 50, alpha=0.05) == pytest.approx(ref)
+
+
+def test_observed_power_does_not_claim_power_from_zero_flips():
+    x = np.ones(20)
+    p = observed_power(x, x.copy(), binary=True)
+    assert p.mde > 0.2  # 20 items with no flips still allow a 14% flip rate
+    big = np.ones(2000)
+    assert observed_power(big, big.copy(), binary=True).mde < 0.05
+
+
+@pytest.mark.parametrize("method, sm_name", [("holm", "holm"), ("bh", "fdr_bh")])
+def test_adjust_matches_statsmodels(method, sm_name):
+    p = np.random.default_rng(0).random(12) ** 2
+    assert np.allclose(adjust(p, method), multipletests(p, method=sm_name)[1])
+    assert np.allclose(adjust(p, "none"), p)
