@@ -59,3 +59,15 @@ def test_suite_line_not_json_exits_2(tmp_path):
 def test_missing_config_file(tmp_path):
     r = qeval("run", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "nope.yaml: file not found" in r.stderr
+
+
+def test_plan_reports_n_and_mde_per_suite():
+    import json
+
+    r = qeval("plan", str(ROOT / "configs" / "demo.yaml"), "--json", "--flip-rate", "0.1")
+    assert r.returncode == 0, r.stderr
+    rows = {row["suite"]: row for row in json.loads(r.stdout)}
+    assert rows["lm_eval/bb_general_knowledge"]["n"] == 70  # the whole task: fewer rows than the limit
+    assert rows["custom/capitals"]["n"] == 53
+    gk = rows["lm_eval/bb_general_knowledge"]
+    assert gk["mde_assumed"] < gk["mde_worst_case"] and gk["supports_margin"] is True

@@ -78,19 +78,29 @@ class BootstrapCI:
     seed: int
 
 
+MULTINOMIAL_MAX_VALUES = 64
+
+
 def _resample_means(d: np.ndarray, resamples: int, seed: int, chunk: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     n = len(d)
+    values, first, counts = np.unique(d, return_index=True, return_counts=True)
+    if len(values) <= MULTINOMIAL_MAX_VALUES:
+        order = np.argsort(first)  # categories in order of first appearance: swapping the arms mirrors the draws
+        values, counts = values[order], counts[order]
+        # Few distinct differences (0/1 metrics give at most three): a resample's mean depends only on
+        # how often each value is drawn, a multinomial count. Same distribution as drawing n indices,
+        # at O(values) instead of O(n) per resample.
+        draws = rng.multinomial(n, counts / n, size=resamples)
+        return draws @ values / n
     means = np.empty(resamples)
     for start in range(0, resamples, chunk):
         k = min(chunk, resamples - start)
-        # a count per item per resample (multinomial) is the same draw as n indices, at O(n) memory per row
-        idx = rng.integers(0, n, size=(k, n), dtype=np.int32) if n * k <= 50_000_000 else None
-        if idx is not None:
-            means[start:start + k] = d[idx].mean(axis=1)
-        else:
-            for j in range(k):
-                means[start + j] = d[rng.integers(0, n, size=n, dtype=np.int32)].mean()
+        rows = max(1, min(k, 20_000_000 // n))  # bound the index matrix at ~80 MB
+        for r0 in range(0, k, rows):
+            r = min(rows, k - r0)
+            idx = rng.integers(0, n, size=(r, n), dtype=np.int32)
+            means[start + r0:start + r0 + r] = d[idx].mean(axis=1)
     return means
 
 

@@ -62,18 +62,20 @@ def test_bootstrap_agrees_with_scipy_percentile():
 
 
 def test_bootstrap_is_seeded_and_chunking_does_not_change_it():
-    base, cand = binary_pair(90, 0.5, 0.2, 2)
+    rng = np.random.default_rng(2)
+    base, cand = rng.random(90), rng.random(90)
     a = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=5000)
     b = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=777)
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
 
 
 def test_bootstrap_matches_brute_force_loop():
-    base, cand = binary_pair(40, 0.5, 0.25, 4)
+    rng = np.random.default_rng(4)
+    base, cand = rng.random(100), rng.random(100)  # > 64 distinct differences: the index-resampling path
     d = cand - base
     got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=3000, seed=11, chunk=3000)
     rng = np.random.default_rng(11)
-    idx = rng.integers(0, len(d), size=(3000, len(d)))
+    idx = rng.integers(0, len(d), size=(3000, len(d)), dtype=np.int32)
     means = [d[row].mean() for row in idx]
     assert got.ci_low == pytest.approx(np.quantile(means, 0.05))
     assert got.ci_high == pytest.approx(np.quantile(means, 0.95))
@@ -98,3 +100,14 @@ def test_bad_input_is_rejected():
         flips(np.array([0.5]), np.array([1.0]))
     with pytest.raises(ValueError):
         paired_bootstrap_ci(np.ones(3), np.ones(4))
+
+
+def test_multinomial_path_has_the_index_path_distribution():
+    """For 0/1 metrics the bootstrap draws value counts instead of indices: same distribution."""
+    base, cand = binary_pair(300, 0.6, 0.2, 6)
+    fast = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=40000, seed=1)
+    d = cand - base
+    rng = np.random.default_rng(2)
+    slow = np.array([d[rng.integers(0, 300, 300)].mean() for _ in range(40000)])
+    lo, hi = np.quantile(slow, [0.05, 0.95])
+    assert fast.ci_low == pytest.approx(lo, abs=0.004) and fast.ci_high == pytest.approx(hi, abs=0.004)

@@ -1,0 +1,94 @@
+"""Gate policy -> verdicts, on hand-built comparisons (pure)."""
+
+import pytest
+
+from qeval.config import GatePolicy, GateRule, load_policy
+from qeval.errors import ConfigError
+from qeval.gates import evaluate, overall_verdict, rule_for, variant_verdict
+from qeval.record import Comparison, RunRecord
+from qeval.report.junit import render as junit
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def comp(variant="q", suite="lm_eval/t", metric="acc", delta=-0.01, low=-0.03, high=0.01, mde=0.02, base=0.6,
+         primary=True) -> Comparison:
+    return Comparison(variant=variant, suite=suite, metric=metric, primary=primary, n_paired=500, unpaired_base=0,
+                      unpaired_variant=0, base_mean=base, variant_mean=base + delta, delta=delta, ci_low=low,
+                      ci_high=high, interval_method="paired-bootstrap-percentile", confidence=0.9, t_ci_low=low,
+                      t_ci_high=high, binary=True, mde=mde, p_value=0.5)
+
+
+def test_last_matching_rule_wins():
+    policy = GatePolicy(rules=[GateRule(match="*", margin=0.05), GateRule(match="custom/*", margin=0.2)])
+    assert rule_for(policy, "custom/x", "m").margin == 0.2
+    assert rule_for(policy, "lm_eval/x", "acc").margin == 0.05
+
+
+def test_pass_fail_inconclusive():
+    policy = GatePolicy(rules=[GateRule(margin=0.05)])
+    [g] = evaluate(policy, [comp()], ["q"])
+    assert g.verdict == "PASS" and g.lower_bound == -0.03
+    [g] = evaluate(policy, [comp(low=-0.08)], ["q"])
+    assert g.verdict == "FAIL"
+    [g] = evaluate(policy, [comp(mde=0.2)], ["q"])
+    assert g.verdict == "INCONCLUSIVE" and "0.2" in g.reason
+    [g] = evaluate(policy, [comp(delta=-0.3, low=-0.4, high=-0.2, mde=0.2)], ["q"])
+    assert g.verdict == "FAIL"  # clearly worse even though underpowered
+
+
+def test_relative_margin_and_warn():
+    policy = GatePolicy(rules=[GateRule(margin=0.1, relative=True, action="warn")])
+    [g] = evaluate(policy, [comp(base=0.5, low=-0.06, mde=0.01)], ["q"])
+    assert g.margin == pytest.approx(0.05) and g.verdict == "WARN" and g.margin_spec == "10% of baseline"
+    assert variant_verdict([g], evaluated=True) == "PASS"
+
+
+def test_lower_is_better_metric_is_oriented():
+    # e.g. a KL divergence: the variant's rise is the harm
+    policy = GatePolicy(rules=[GateRule(match="*/kl", direction="lower", margin=0.05)])
+    [g] = evaluate(policy, [comp(metric="kl", delta=0.02, low=0.01, high=0.03, mde=0.01)], ["q"])
+    assert g.delta == -0.02 and (g.lower_bound, g.upper_bound) == (-0.03, -0.01) and g.verdict == "PASS"
+    [g] = evaluate(policy, [comp(metric="kl", delta=0.08, low=0.06, high=0.1, mde=0.01)], ["q"])
+    assert g.verdict == "FAIL"
+
+
+def test_required_metric_missing_fails():
+    policy = GatePolicy(rules=[GateRule(), GateRule(match="lm_eval/needed/acc", required=True)])
+    gates = evaluate(policy, [comp()], ["q"])
+    missing = [g for g in gates if g.suite == "lm_eval/needed"]
+    assert len(missing) == 1 and missing[0].verdict == "FAIL" and "missing" in missing[0].reason
+
+
+def test_secondary_metrics_are_gated_only_when_named():
+    policy = GatePolicy(rules=[GateRule()])
+    assert evaluate(policy, [comp(primary=False)], ["q"]) == []
+    policy = GatePolicy(rules=[GateRule(match="lm_eval/t/acc")])
+    assert len(evaluate(policy, [comp(primary=False)], ["q"])) == 1
+
+
+def test_verdicts_roll_up():
+    assert variant_verdict([], evaluated=False) == "NOT_EVALUATED"
+    assert variant_verdict([], evaluated=True) == "INCONCLUSIVE"
+    assert overall_verdict({"a": "PASS", "b": "INCONCLUSIVE"}) == "INCONCLUSIVE"
+    assert overall_verdict({"a": "PASS", "b": "FAIL", "c": "INCONCLUSIVE"}) == "FAIL"
+    assert overall_verdict({"a": "PASS", "b": "NOT_EVALUATED"}) == "NOT_EVALUATED"
+
+
+def test_junit_has_one_case_per_gate_and_failures():
+    policy = GatePolicy(rules=[GateRule(margin=0.05)])
+    gates = evaluate(policy, [comp(), comp(suite="lm_eval/u", low=-0.2)], ["q"])
+    rec = RunRecord(run_id="x", campaign="c", config_hash="h", config={}, config_file="f", command=[],
+                    started_at="now", gates=gates, verdicts={"q": "FAIL"}, verdict="FAIL",
+                    variants=[{"name": "base", "method": "bf16", "role": "baseline"},
+                              {"name": "q", "method": "gptq", "role": "variant"}])
+    xml = junit(rec)
+    assert xml.count("<testcase") == 2 and xml.count("<failure") == 1 and 'failures="1"' in xml
+
+
+def test_policy_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "policy.yaml"
+    p.write_text("rules:\n  - match: '*'\n    margn: 0.1\n")
+    with pytest.raises(ConfigError, match=r"policy.yaml:line 3: rules.0.margn: unknown key"):
+        load_policy(p)
+    assert load_policy(ROOT / "configs" / "gates" / "demo.yaml").correction == "holm"
