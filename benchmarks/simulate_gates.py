@@ -41,9 +41,9 @@ def continuous_pair(rng, n, delta, sd, groups=None):
     return b, b + delta + noise
 
 
-def gate_pass_rate(make, reps: int, margin: float, groups=None) -> tuple[float, float]:
-    policy = GatePolicy(rules=[GateRule(margin=margin, alpha=0.05, beta=0.2)], bootstrap_resamples=2000)
-    rule = policy.rules[0]
+def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None = None) -> tuple[float, float]:
+    rule = GateRule(margin=margin, alpha=0.05, beta=0.2, planning_flip_rate=0.1, planning_sd=sd)
+    policy = GatePolicy(rules=[rule], bootstrap_resamples=2000)
     passed = inconclusive = 0
     for r in range(reps):
         b, c = make(np.random.default_rng(r))
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000)
     args = ap.parse_args()
     margin, p_disc = 0.05, 0.10
-    n_bin = n_required(margin, math.sqrt(p_disc))
+    n_bin = n_required(margin, math.sqrt(p_disc), binary=True)
     sd = 0.15
     n_cont = n_required(margin, sd)
     print(f"reps={args.reps}, margin={margin}, alpha=0.05, beta=0.2")
@@ -73,16 +73,16 @@ def main() -> None:
     print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.3f} (target >= 0.80); inconclusive {inc:.3f}")
     print(f"continuous: sd(d) {sd}, planned n = {n_cont}")
-    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin)
-    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin)
+    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
+    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
     print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.3f} (target >= 0.80); inconclusive {inc:.3f}")
     n_groups = 40
     n_cl = n_cont * 2
     groups = np.repeat(np.arange(n_groups), math.ceil(n_cl / n_groups))[:n_cl]
     print(f"continuous, clustered: {n_groups} groups, n = {n_cl} (clustered-t interval)")
-    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cl, -margin, sd, groups), args.reps, margin, groups)
-    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cl, 0.0, sd, groups), args.reps, margin, groups)
+    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cl, -margin, sd, groups), args.reps, margin, groups, sd)
+    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cl, 0.0, sd, groups), args.reps, margin, groups, sd)
     print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate {pw:.3f}; inconclusive {inc:.3f}")
 

@@ -105,7 +105,8 @@ def validate(config: Path) -> None:
 
 
 @app.command("plan")
-def plan_cmd(config: Path, flip_rate: float = typer.Option(0.1, help="assumed share of items whose result flips"),
+def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed share of items whose result flips "
+                                                                      "(default: each gate rule's planning_flip_rate)"),
              as_json: bool = typer.Option(False, "--json")) -> None:
     """Before running: each suite's n, the smallest drop it can detect, and whether that meets the margin."""
     from .campaign import plan
@@ -123,7 +124,7 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(0.1, help="assumed sh
         out.print_json(plans_json(plans))
         return
     t = Table(title=f"{config}: power at each gate's alpha and beta")
-    for col in ("suite", "metric", "n", "margin", "alpha", "power", "MDE (no pilot)", f"MDE ({flip_rate:.0%} flips)",
+    for col in ("suite", "metric", "n", "margin", "alpha", "power", "MDE (no pilot)", "MDE (planned flips)",
                 "n needed", "supports margin"):
         t.add_column(col)
     for s in plans:

@@ -10,7 +10,8 @@ from .config import GatePolicy, GateRule
 from .errors import QevalError
 from .record import Comparison
 from .stats import (adjust, clustered_mean_delta, flips, is_binary, mcnemar_exact, mean_delta, observed_power,
-                    paired_bootstrap_ci, sign_flip_permutation, wilcoxon)
+                    planned_power,
+                    paired_bootstrap_ci, paired_proportion_ci, sign_flip_permutation, wilcoxon)
 from .store import Record
 
 
@@ -52,8 +53,12 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     conf = 1 - 2 * rule.alpha  # two-sided interval whose ends are the one-sided (1 - alpha) bounds
     t = mean_delta(base, cand, confidence=conf)
     grouped = all(g is not None for g in p.groups) and len(set(p.groups)) > 1
+    binary = is_binary(base, cand)
     if grouped:
         ci = clustered_mean_delta(base, cand, [str(g) for g in p.groups], confidence=conf)
+        low, high, method = ci.ci_low, ci.ci_high, ci.method
+    elif policy.interval == "auto" and binary:
+        ci = paired_proportion_ci(base, cand, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
     elif policy.interval == "t":
         low, high, method = t.ci_low, t.ci_high, t.method
@@ -61,8 +66,9 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
         boot = paired_bootstrap_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,
                                    seed=policy.seed, method="bca" if policy.interval == "bca" else "percentile")
         low, high, method = boot.ci_low, boot.ci_high, boot.method
-    binary = is_binary(base, cand)
-    power = observed_power(base, cand, binary, alpha=rule.alpha, beta=rule.beta)
+    seen = observed_power(base, cand, binary, alpha=rule.alpha, beta=rule.beta)
+    power = planned_power(len(p.ids), binary, rule.alpha, rule.beta, rule.planning_flip_rate, rule.planning_sd,
+                          observed_sd=seen.sigma)
     extra: dict = {}
     if binary:
         f = flips(base, cand)
@@ -78,7 +84,7 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
                       base_mean=t.base_mean, variant_mean=t.cand_mean, delta=t.delta, ci_low=low, ci_high=high,
                       interval_method=method, confidence=conf, t_ci_low=t.ci_low, t_ci_high=t.ci_high,
                       n_groups=len(set(p.groups)) if grouped else None, binary=binary, mde=power.mde,
-                      power_method=power.method, **extra)
+                      power_method=power.method, mde_observed=seen.mde, **extra)
 
 
 def adjust_all(comparisons: list[Comparison], method: str) -> list[Comparison]:

@@ -129,17 +129,50 @@ class GateRule(Strict):
     relative: bool = False  # margin as a fraction of the baseline's score
     alpha: float = Field(0.05, gt=0, lt=0.5)
     beta: float = Field(0.2, gt=0, lt=1)  # 1 - the power the suite must have to detect the margin
+    # The design's assumed spread of per-item differences, fixed before the run, so that power (and
+    # INCONCLUSIVE) does not wobble with this run's noise: 0/1 metrics use the flip rate (var <= rate),
+    # others planning_sd, or the observed sd when none is given.
+    planning_flip_rate: float = Field(0.1, gt=0, le=1)
+    planning_sd: float | None = Field(None, gt=0)
     action: Literal["fail", "warn"] = "fail"
     required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
 
 
 class GatePolicy(Strict):
     rules: list[GateRule] = [GateRule()]
-    interval: Literal["bootstrap", "bca", "t"] = "bootstrap"  # the bound the gate reads (clustered-t if grouped)
+    # the bound a gate reads. auto: clustered-t when items carry groups, Newcombe's score interval for
+    # 0/1 metrics, the paired bootstrap otherwise
+    interval: Literal["auto", "bootstrap", "bca", "t"] = "auto"
     correction: Literal["holm", "bh", "none"] = "holm"  # for the p-values across the campaign
     inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
     bootstrap_resamples: int = Field(10000, ge=100)
     seed: int = 0
+
+
+class ProbeSpec(Strict):
+    """Latency probe against each variant's endpoint, after its suites (same server)."""
+
+    enabled: bool = False
+    concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
+    rates: list[float] = []  # requests per second, Poisson arrivals
+    prompt_tokens: int = Field(128, gt=0)
+    output_tokens: int = Field(64, gt=1)
+    requests_per_step: int = Field(32, gt=0)
+    min_rounds_per_step: int = Field(2, gt=0)  # at least this many requests per in-flight slot
+    warmup_requests: int = Field(4, ge=0)
+    max_seconds_per_step: float = Field(120, gt=0)
+    stop_after_saturation: bool = True
+    # SLOs, e.g. {ttft_p95_ms: 1000, tpot_p95_ms: 100}: the report names the largest load meeting them
+    slo: dict[str, float] = {}
+
+    @field_validator("slo")
+    @classmethod
+    def _known_slo_keys(cls, v: dict[str, float]) -> dict[str, float]:
+        allowed = {f"{m}_{s}_ms" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p95", "p99")}
+        bad = sorted(set(v) - allowed)
+        if bad:
+            raise ValueError(f"unknown SLO keys {bad}; use e.g. ttft_p95_ms, tpot_p99_ms")
+        return v
 
 
 class MlflowSpec(Strict):
@@ -158,6 +191,7 @@ class CampaignConfig(Strict):
     suites: list[SuiteRef] = Field(min_length=1)
     gates: GatePolicy | Path = GatePolicy()  # inline, or a policy file
     mlflow: MlflowSpec = MlflowSpec()
+    probe: ProbeSpec = ProbeSpec()
     seed: int = 0
 
     @field_validator("baseline")

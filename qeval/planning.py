@@ -54,9 +54,10 @@ def _rows(data_dir: Path, include: Path | None, task: str) -> int | None:
     return None
 
 
-def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float = 0.1) -> list[SuitePlan]:
-    """Planning sigma: sqrt(flip_rate) (the variance of a 0/1 difference with that discordance, at most),
-    and the no-pilot worst case, sqrt(0.5)."""
+def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float | None = None) -> list[SuitePlan]:
+    """Planning sigma: sqrt(flip rate) (a 0/1 difference with that discordance has at most that variance),
+    the flip rate being the gate rule's planning_flip_rate unless overridden; and the no-pilot worst
+    case, sqrt(0.5). The gates use the same design figure after the run."""
     entries: list[tuple[str, str, int]] = [(f"custom/{s.name}", s.primary, len(s.items)) for s in p.custom]
     for ref, tasks in p.lmeval:
         for t in tasks:
@@ -67,11 +68,12 @@ def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float = 
     for suite, metric, n in entries:
         rule = rule_for(cfg.gates, suite, metric) or GateRule()
         worst = mde(n, math.sqrt(BINARY_PLANNING_VAR), rule.alpha, rule.beta).mde
-        assumed = mde(n, math.sqrt(flip_rate), rule.alpha, rule.beta).mde
+        rate = flip_rate if flip_rate is not None else rule.planning_flip_rate
+        assumed = mde(n, math.sqrt(rate), rule.alpha, rule.beta).mde
         note = f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}"
         out.append(SuitePlan(suite=suite, metric=metric, n=n, rule=rule, margin_note=note, mde_worst=worst,
-                             mde_assumed=assumed, n_needed=n_required(rule.margin, math.sqrt(flip_rate), rule.alpha,
-                                                                       rule.beta)))
+                             mde_assumed=assumed, n_needed=n_required(rule.margin, math.sqrt(rate), rule.alpha,
+                                                                       rule.beta, binary=True)))
     return out
 
 

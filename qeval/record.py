@@ -77,8 +77,9 @@ class Comparison(_Model):
     p_method: str | None = None
     p_permutation: float | None = None  # paired sign-flip permutation (continuous)
     p_adjusted: float | None = None  # corrected across every comparison of the campaign
-    mde: float | None = None  # smallest drop this suite detects at the rule's alpha and beta
+    mde: float | None = None  # smallest drop this suite detects at the rule's alpha and beta (design)
     power_method: str | None = None
+    mde_observed: float | None = None  # the same from this run's paired variance (after the run)
 
 
 class GateResult(_Model):

@@ -40,11 +40,15 @@ def mde(n: int, sigma: float, alpha: float = 0.05, beta: float = 0.2, method: st
     return Power(method=method, n=n, alpha=alpha, beta=beta, sigma=sigma, mde=_z(alpha, beta) * sigma / math.sqrt(n))
 
 
-def n_required(margin: float, sigma: float, alpha: float = 0.05, beta: float = 0.2) -> int:
-    """Items needed so that MDE <= margin."""
+def n_required(margin: float, sigma: float, alpha: float = 0.05, beta: float = 0.2, binary: bool = False) -> int:
+    """Items needed so that MDE <= margin; for 0/1 metrics with Fleiss' continuity correction, since
+    the gate's interval for them is continuity-corrected too."""
     if margin <= 0:
         return math.inf  # type: ignore[return-value]
-    return max(2, math.ceil((_z(alpha, beta) * sigma / margin) ** 2))
+    n = (_z(alpha, beta) * sigma / margin) ** 2
+    if binary:
+        n = n / 4 * (1 + math.sqrt(1 + 4 / (n * margin))) ** 2
+    return max(2, math.ceil(n))
 
 
 def discordance_upper(discordant: int, n: int, alpha: float = 0.05) -> float:
@@ -72,3 +76,14 @@ def observed_power(base: np.ndarray, cand: np.ndarray, binary: bool, alpha: floa
         return mde(n, sigma, alpha, beta, method="binary-discordance-bound")
     sigma = float(d.std(ddof=1)) if n > 1 else math.inf
     return mde(n, sigma, alpha, beta, method="observed-sd")
+
+
+def planned_power(n: int, binary: bool, alpha: float, beta: float, flip_rate: float, sd: float | None,
+                  observed_sd: float | None = None) -> Power:
+    """The design's power: from the planning flip rate (0/1 metrics) or planning sd, not from this run's
+    noise; falls back to the observed sd for a continuous metric with no planning sd."""
+    if binary:
+        return mde(n, math.sqrt(flip_rate), alpha, beta, method=f"planned (flip rate {flip_rate:g})")
+    if sd is not None:
+        return mde(n, sd, alpha, beta, method=f"planned (sd {sd:g})")
+    return mde(n, observed_sd if observed_sd is not None else math.inf, alpha, beta, method="observed sd")

@@ -1,0 +1,1 @@
+"""Latency and throughput probes against a variant's endpoint."""

@@ -1,0 +1,118 @@
+"""An asyncio streaming client: one process drives the engine, timing every token as it arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    start: float  # perf_counter at send
+    ttft: float | None = None  # seconds to the first token
+    e2e: float | None = None  # seconds to the last byte
+    itls: list[float] = field(default_factory=list)  # gaps between token chunks
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first, as vLLM's benchmark defines it."""
+        if self.ttft is None or self.e2e is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
+    # token ids away from the special-token ends of the vocabulary, as vLLM's random dataset does
+    return [rng.randrange(100, max(101, vocab - 100)) for _ in range(length)]
+
+
+async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | str, max_tokens: int) -> RequestResult:
+    payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+               "ignore_eos": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    res = RequestResult(ok=False, start=t0)
+    last = None
+    try:
+        async with client.stream("POST", "/completions", json=payload) as r:
+            if r.status_code != 200:
+                res.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+                return res
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                now = time.perf_counter()
+                if chunk.get("choices") and chunk["choices"][0].get("text"):
+                    if last is None:
+                        res.ttft = now - t0
+                    else:
+                        res.itls.append(now - last)
+                    last = now
+                usage = chunk.get("usage")
+                if usage:
+                    res.output_tokens = usage.get("completion_tokens", 0)
+                    res.prompt_tokens = usage.get("prompt_tokens", 0)
+        res.e2e = time.perf_counter() - t0
+        res.ok = res.ttft is not None
+        if not res.ok:
+            res.error = "no token streamed"
+    except (httpx.HTTPError, ValueError) as e:
+        res.error = f"{type(e).__name__}: {e}"[:300]
+    return res
+
+
+@dataclass
+class StepRun:
+    results: list[RequestResult]
+    wall: float  # seconds from the first send to the last completion
+    client_cpu: float  # seconds of this process's CPU in the step
+
+
+async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: int, concurrency: int,
+                          max_seconds: float, timeout_s: float = 600) -> StepRun:
+    """Keep `concurrency` requests in flight until the prompts run out or time is up."""
+    queue: asyncio.Queue = asyncio.Queue()
+    for p in prompts:
+        queue.put_nowait(p)
+    results: list[RequestResult] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        deadline = t0 + max_seconds
+
+        async def worker() -> None:
+            while not queue.empty() and time.perf_counter() < deadline:
+                prompt = queue.get_nowait()
+                results.append(await stream_one(client, model, prompt, max_tokens))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        return StepRun(results=results, wall=wall, client_cpu=time.process_time() - cpu0)
+
+
+async def run_rate(base_url: str, model: str, prompts: list, max_tokens: int, rate: float, seed: int,
+                   max_seconds: float, timeout_s: float = 600) -> StepRun:
+    """Poisson arrivals at `rate` requests per second (exponential gaps, seeded)."""
+    rng = random.Random(seed)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=None)) as client:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        tasks = []
+        for p in prompts:
+            if time.perf_counter() - t0 > max_seconds:
+                break
+            tasks.append(asyncio.create_task(stream_one(client, model, p, max_tokens)))
+            await asyncio.sleep(rng.expovariate(rate))
+        results = list(await asyncio.gather(*tasks))
+        return StepRun(results=results, wall=time.perf_counter() - t0, client_cpu=time.process_time() - cpu0)

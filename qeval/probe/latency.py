@@ -1,0 +1,131 @@
+"""The latency probe: a concurrency sweep (and optional Poisson-rate steps) against one endpoint.
+
+Per request: TTFT, TPOT (excluding the first token), every ITL, E2E. Per step: request and output
+token throughput, mean / p50 / p90 / p95 / p99, errors, and this client's own CPU share, so that
+a probe that became its own bottleneck shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ProbeSpec
+from ..engines import Endpoint
+from .analysis import Step, dist, max_load_within_slo, saturation_point
+from .client import RequestResult, StepRun, random_prompt, run_concurrency, run_rate
+
+
+@dataclass
+class StepSummary:
+    kind: str  # "concurrency" or "rate"
+    load: float
+    requests: int
+    errors: int
+    wall_s: float
+    request_throughput: float  # completed requests per second
+    output_throughput: float  # output tokens per second
+    client_cpu_share: float  # the probe process's CPU seconds per wall second
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    itl_ms: dict[str, float]
+    e2e_ms: dict[str, float]
+
+    def flat(self) -> dict[str, float]:
+        out = {"request_throughput": self.request_throughput, "output_throughput": self.output_throughput,
+               "errors": float(self.errors), "client_cpu_share": self.client_cpu_share}
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            for stat, v in getattr(self, name).items():
+                out[f"{name.removesuffix('_ms')}_{stat}_ms"] = v
+        return out
+
+
+def summarize(kind: str, load: float, run: StepRun) -> StepSummary:
+    ok = [r for r in run.results if r.ok]
+    ms = 1000.0
+    out_tokens = sum(r.output_tokens for r in ok)
+    return StepSummary(
+        kind=kind, load=load, requests=len(run.results), errors=len(run.results) - len(ok), wall_s=run.wall,
+        request_throughput=len(ok) / run.wall if run.wall else 0.0,
+        output_throughput=out_tokens / run.wall if run.wall else 0.0,
+        client_cpu_share=run.client_cpu / run.wall if run.wall else 0.0,
+        ttft_ms=dist([r.ttft * ms for r in ok]).as_dict(),
+        tpot_ms=dist([r.tpot * ms for r in ok if r.tpot is not None]).as_dict(),
+        itl_ms=dist([x * ms for r in ok for x in r.itls]).as_dict(),
+        e2e_ms=dist([r.e2e * ms for r in ok]).as_dict())
+
+
+@dataclass
+class ProbeResult:
+    steps: list[StepSummary]
+    saturation_concurrency: float | None
+    max_concurrency_within_slo: float | None
+    requests: list[dict]  # the per-request table
+
+    def to_json(self) -> dict:
+        return {"steps": [s.__dict__ for s in self.steps], "saturation_concurrency": self.saturation_concurrency,
+                "max_concurrency_within_slo": self.max_concurrency_within_slo}
+
+
+def _vocab_size(endpoint: Endpoint) -> int | None:
+    if endpoint.tokenizer is None:
+        return None
+    try:
+        return int(json.loads((Path(endpoint.tokenizer) / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _prompts(spec: ProbeSpec, endpoint: Endpoint, count: int, seed: int) -> list:
+    vocab = _vocab_size(endpoint)
+    rng = random.Random(seed)
+    if vocab is None:  # no tokenizer: text prompts, roughly the asked length (~4 characters a token)
+        return [" ".join(rng.choice(("the", "model", "serves", "tokens", "fast")) for _ in range(spec.prompt_tokens))
+                for _ in range(count)]
+    return [random_prompt(rng, spec.prompt_tokens, vocab) for _ in range(count)]
+
+
+def _rows(kind: str, load: float, results: list[RequestResult]) -> list[dict]:
+    return [{"kind": kind, "load": load, "ok": r.ok, "ttft_ms": None if r.ttft is None else r.ttft * 1000,
+             "tpot_ms": None if r.tpot is None else r.tpot * 1000, "e2e_ms": None if r.e2e is None else r.e2e * 1000,
+             "itl_ms_mean": (sum(r.itls) / len(r.itls) * 1000) if r.itls else None,
+             "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens, "error": r.error} for r in results]
+
+
+def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) -> ProbeResult:
+    steps: list[StepSummary] = []
+    rows: list[dict] = []
+    # warm-up: a few requests not counted, so compilation or cache effects stay out of the figures
+    if spec.warmup_requests:
+        asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.warmup_requests,
+                                                                                 seed + 999), spec.output_tokens,
+                                    min(spec.warmup_requests, 4), spec.max_seconds_per_step))
+    for k, c in enumerate(spec.concurrency):
+        n = max(spec.requests_per_step, c * spec.min_rounds_per_step)
+        run = asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + k),
+                                          spec.output_tokens, c, spec.max_seconds_per_step))
+        s = summarize("concurrency", c, run)
+        steps.append(s)
+        rows += _rows("concurrency", c, run.results)
+        if on_step:
+            on_step(s)
+        conc = [x for x in steps if x.kind == "concurrency"]
+        sat = saturation_point([Step(x.load, x.output_throughput, x.e2e_ms["p95"]) for x in conc])
+        if spec.stop_after_saturation and sat is not None and c >= 2 * sat:
+            break  # one step past the knee shows it; more only adds queueing time
+    for k, rate in enumerate(spec.rates):
+        run = asyncio.run(run_rate(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.requests_per_step,
+                                                                               seed + 100 + k),
+                                   spec.output_tokens, rate, seed + k, spec.max_seconds_per_step))
+        s = summarize("rate", rate, run)
+        steps.append(s)
+        rows += _rows("rate", rate, run.results)
+        if on_step:
+            on_step(s)
+    conc = [x for x in steps if x.kind == "concurrency"]
+    sat = saturation_point([Step(x.load, x.output_throughput, x.e2e_ms["p95"]) for x in conc])
+    slo_load = max_load_within_slo([x.load for x in conc], [x.flat() for x in conc], spec.slo) if spec.slo else None
+    return ProbeResult(steps=steps, saturation_concurrency=sat, max_concurrency_within_slo=slo_load, requests=rows)
