@@ -6,6 +6,7 @@ Every per-item record goes to the store as it arrives; a rerun redoes only what 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
 import sys
@@ -21,7 +22,7 @@ from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, Varian
 from .engines import build_engine
 from .progress import PlainReporter, Reporter
 from .errors import EngineError, MissingEnvError, QevalError, QuantizeError
-from .gates import evaluate, overall_verdict, rule_for, variant_verdict
+from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for
 from .record import RunRecord, SuiteSummary, VariantResult, prior_run
@@ -149,7 +150,8 @@ class Campaign:
     # -- evaluation -------------------------------------------------------------------------
     def _todo(self, store: ResultsStore, vkey: str, p: Plan) -> bool:
         keys = [s.key for s in p.custom] + [t.key for _, ts in p.lmeval for t in ts]
-        return any(not store.is_complete(vkey, k) for k in keys)
+        probe_missing = self.cfg.probe.enabled and not self._probe_path(vkey).exists()
+        return probe_missing or any(not store.is_complete(vkey, k) for k in keys)
 
     def evaluate_variant(self, v: VariantSpec, ckpt: Path | None, vkey: str, p: Plan, store: ResultsStore,
                          result: VariantResult) -> None:
@@ -192,6 +194,28 @@ class Campaign:
             result.eval_seconds = round(time.monotonic() - t_eval, 1)
             mem = engine.memory()
             result.engine_rss_bytes = mem.rss_bytes
+            if self.cfg.probe.enabled and not self._probe_path(vkey).exists():
+                self.probe_variant(v, endpoint, vkey)
+
+    def _probe_path(self, vkey: str) -> Path:
+        return self.run_dir / "probe" / f"{stable_hash([vkey, self.cfg.probe.model_dump(mode='json')])}.json"
+
+    def probe_variant(self, v: VariantSpec, endpoint, vkey: str) -> None:
+        """Latency sweep on the server that was just evaluated; written atomically, so a crash redoes it whole."""
+        from .probe.latency import run_probe
+
+        spec = self.cfg.probe
+        with self.reporter.step(f"[{v.name}] latency probe (concurrency {spec.concurrency})",
+                                total=len(spec.concurrency) + len(spec.rates)) as advance:
+            res = run_probe(spec, endpoint, seed=self.cfg.seed, on_step=lambda s: advance(1))
+        path = self._probe_path(vkey)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        import pandas as pd
+
+        pd.DataFrame(res.requests).to_parquet(path.with_suffix(".parquet"))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res.to_json()))
+        tmp.replace(path)
 
     def summarize(self, store: ResultsStore, vkey: str, p: Plan) -> list[SuiteSummary]:
         out = []
@@ -243,6 +267,9 @@ class Campaign:
                         self.log(f"[{v.name}] every suite already in the store: nothing to run")
                     keys[v.name] = vkey
                     res.suites = self.summarize(store, vkey, p)
+                    if self.cfg.probe.enabled and self._probe_path(vkey).exists():
+                        res.probe = json.loads(self._probe_path(vkey).read_text())
+                        res.probe_requests = str(self._probe_path(vkey).with_suffix(".parquet"))
                 except (EngineError, QuantizeError, MissingEnvError) as e:
                     res.status, res.error = "error", str(e)
                     self.log(f"[{v.name}] NOT EVALUATED: {e}")
@@ -271,6 +298,11 @@ class Campaign:
         record.comparisons = adjust_all(comparisons, cfg.gates.correction)
         record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
         record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])
+        base_res = next((r for r in record.variants if r.name == cfg.baseline.name and r.status == "ok"), None)
+        if base_res is not None:
+            for r in record.variants:
+                if r.role == "variant" and r.status == "ok":
+                    record.gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf())
         for v in cfg.variants:
             evaluated = base_key is not None and v.name in keys
             record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)

@@ -60,7 +60,7 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     elif policy.interval == "auto" and binary:
         ci = paired_proportion_ci(base, cand, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
-    elif policy.interval == "t":
+    elif policy.interval in ("t", "auto"):  # auto, continuous: simulated, the bootstrap under-covers at n ~ 50
         low, high, method = t.ci_low, t.ci_high, t.method
     else:
         boot = paired_bootstrap_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from .config import GatePolicy, GateRule
+from .config import GatePolicy, GateRule, PerfRule
 from .record import Comparison, GateResult, GateVerdict
 from .stats import decide
 
@@ -73,3 +73,24 @@ def overall_verdict(per_variant: dict[str, GateVerdict]) -> GateVerdict:
         if v in vs:
             return v
     return "PASS"
+
+
+def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float],
+                         cand: dict[str, float]) -> list[GateResult]:
+    """Measured figures, no interval: the ratio variant / baseline against the rule's bound. A figure
+    the campaign did not measure (no probe, say) fails the gate rather than passing it."""
+    out = []
+    for r in policy.performance:
+        bound = r.min_ratio if r.min_ratio is not None else r.max_ratio
+        spec = f">= {r.min_ratio:g}x" if r.min_ratio is not None else f"<= {r.max_ratio:g}x"
+        common = dict(variant=variant, suite="perf", metric=r.metric, rule=f"{r.metric} {spec}", mode="ratio",
+                      margin=bound, margin_spec=f"{spec} baseline", alpha=0.0, beta=0.0, action=r.action)
+        if r.metric not in base or r.metric not in cand or not base[r.metric]:
+            out.append(GateResult(**common, verdict="FAIL", reason=f"{r.metric} was not measured"))
+            continue
+        ratio = cand[r.metric] / base[r.metric]
+        ok = ratio >= r.min_ratio if r.min_ratio is not None else ratio <= r.max_ratio
+        verdict: GateVerdict = "PASS" if ok else ("FAIL" if r.action == "fail" else "WARN")
+        out.append(GateResult(**common, base_mean=base[r.metric], variant_mean=cand[r.metric], delta=ratio,
+                              verdict=verdict, reason=f"ratio {ratio:.3f} ({spec} required)"))
+    return out

@@ -46,6 +46,27 @@ class VariantResult(_Model):
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []
+    probe: dict[str, Any] | None = None  # latency sweep: steps, saturation, the largest load within SLOs
+    probe_requests: str | None = None  # the per-request table (Parquet)
+
+    def perf(self) -> dict[str, float]:
+        """Performance figures a gate or a chart can compare across variants."""
+        out: dict[str, float] = {}
+        if self.weights_bytes:
+            out["weights_bytes"] = float(self.weights_bytes)
+        if self.engine_rss_bytes:
+            out["engine_rss_bytes"] = float(self.engine_rss_bytes)
+        steps = [s for s in (self.probe or {}).get("steps", []) if s["kind"] == "concurrency"]
+        if steps:
+            out["max_output_throughput"] = max(s["output_throughput"] for s in steps)
+            one = min(steps, key=lambda s: s["load"])
+            out["ttft_p50_ms_c1"] = one["ttft_ms"]["p50"]
+            out["tpot_p50_ms_c1"] = one["tpot_ms"]["p50"]
+            slo = self.probe.get("max_concurrency_within_slo")
+            if slo is not None:
+                at = next(s for s in steps if s["load"] == slo)
+                out["output_throughput_at_slo"] = at["output_throughput"]
+        return out
 
 
 class Comparison(_Model):

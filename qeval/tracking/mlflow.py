@@ -45,7 +45,30 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
                          ("time/quantize_s", v.quantize_seconds)):
         if value is not None:
             m[label] = float(value)
+    for k, value in v.perf().items():
+        m[metric_name("perf", k)] = value
+    if v.probe and v.probe.get("saturation_concurrency") is not None:
+        m["perf/saturation_concurrency"] = float(v.probe["saturation_concurrency"])
     return m
+
+
+def probe_history(record: RunRecord, name: str) -> list[tuple[str, float, int]]:
+    """Per-step latency figures with step = the concurrency, so the MLflow UI charts them against load."""
+    v = next(x for x in record.variants if x.name == name)
+    out = []
+    for s in (v.probe or {}).get("steps", []):
+        if s["kind"] != "concurrency":
+            continue
+        step = int(s["load"])
+        out += [("latency/output_throughput", s["output_throughput"], step),
+                ("latency/request_throughput", s["request_throughput"], step),
+                ("latency/client_cpu_share", s["client_cpu_share"], step)]
+        for fam in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            for stat in ("p50", "p95", "p99"):
+                val = s[fam][stat]
+                if val == val:  # NaN (no successful request) is not logged
+                    out.append((f"latency/{fam.removesuffix('_ms')}_{stat}_ms", val, step))
+    return out
 
 
 def items_table(store: ResultsStore, record: RunRecord, name: str) -> pd.DataFrame:
@@ -95,11 +118,14 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             vparams = {"method": v.method, "engine": v.engine, "engine_version": v.engine_version,
                        "checkpoint_hash": v.checkpoint_hash or "", **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
             client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()],
-                             metrics=[Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()])
+                             metrics=[Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()]
+                             + [Metric(k, float(val), now, step) for k, val, step in probe_history(record, v.name)])
             if v.status == "ok":
                 table = Path(tmp) / f"items-{v.name}.parquet"
                 items_table(store, record, v.name).to_parquet(table)
                 client.log_artifact(cid, str(table), "items")
+            if v.probe_requests and Path(v.probe_requests).exists():
+                client.log_artifact(cid, v.probe_requests, "latency")
             client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
     for f in ("run.json", "report.md"):
         if (run_dir / f).exists():
