@@ -49,6 +49,28 @@ wrong, c = baseline wrong / variant right.
 {% for c in r.comparisons -%}
 | {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] ({{ "%.0f" % (100 * c.confidence) }}%) | {{ c.interval_method }} | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }} ({{ "%.1f" % (100 * c.flip_rate) }}%){% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
 {% endfor %}
+{% if probed %}
+## Performance
+
+Latency probe on each variant's own server, after its suites: streaming completions with random
+token prompts, fixed output length (ignore_eos); TTFT to the first token, TPOT excluding it (as
+vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per wall second.
+
+| variant | weights | engine RSS | max output tok/s | saturation (concurrency) | within SLO | TTFT p50 @1 | TPOT p50 @1 |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{% for v in r.variants if v.probe -%}
+{% set pf = v.perf() -%}
+| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
+{% endfor %}
+
+| variant | load | requests (errors) | output tok/s | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{% for v in r.variants if v.probe -%}
+{% for st in v.probe.steps -%}
+| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
+{% endfor -%}
+{% endfor %}
+{% endif %}
 ## Scores per suite
 
 | variant | {% for s in suites %}{{ s }} | {% endfor %}
@@ -98,7 +120,7 @@ def _render(template: str, r: RunRecord) -> str:
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
     return env.from_string(template).render(
-        r=r, suites=suites, score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, suites=suites, probed=any(v.probe for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
 

@@ -1,0 +1,41 @@
+"""Percentiles, the saturation point and the SLO search on known inputs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from qeval.probe.analysis import Step, dist, max_load_within_slo, saturation_point
+from qeval.probe.client import RequestResult
+
+
+def test_percentiles_match_numpy_on_known_values():
+    d = dist(list(range(1, 101)))
+    assert (d.p50, d.p90, d.p95, d.p99) == pytest.approx((50.5, 90.1, 95.05, 99.01))
+    assert d.mean == 50.5 and d.n == 100
+    assert dist([3.0]).p99 == 3.0
+    assert math.isnan(dist([]).p50)
+    assert dist([1.0, None, float("nan"), 3.0]).n == 2  # failed requests are not timed
+
+
+def test_tpot_excludes_the_first_token():
+    r = RequestResult(ok=True, start=0.0, ttft=0.5, e2e=1.5, output_tokens=11)
+    assert r.tpot == pytest.approx(0.1)
+    assert RequestResult(ok=True, start=0.0, ttft=0.5, e2e=0.5, output_tokens=1).tpot is None
+
+
+def test_saturation_point():
+    steps = [Step(1, 100, 1.0), Step(2, 190, 1.05), Step(4, 360, 1.1), Step(8, 380, 2.0), Step(16, 385, 4.1)]
+    assert saturation_point(steps) == 4
+    growing = [Step(c, 100 * c, 1.0) for c in (1, 2, 4, 8)]
+    assert saturation_point(growing) is None
+    # throughput flat but latency flat too (a client-side bottleneck, not the server's knee): not saturation
+    assert saturation_point([Step(1, 100, 1.0), Step(2, 101, 1.0)]) is None
+
+
+def test_max_load_within_slo():
+    loads = [1, 2, 4, 8]
+    m = [{"ttft_p95_ms": 100}, {"ttft_p95_ms": 200}, {"ttft_p95_ms": 600}, {"ttft_p95_ms": 300}]
+    assert max_load_within_slo(loads, m, {"ttft_p95_ms": 500}) == 2  # stops at the first breach
+    assert max_load_within_slo(loads, m, {"ttft_p95_ms": 50}) is None
+    assert max_load_within_slo(loads, m, {"ttft_p95_ms": 1000}) == 8
