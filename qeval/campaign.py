@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .compare import adjust_all, align, compare_metric
+import numpy as np
+
+from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
 from .progress import PlainReporter, Reporter
@@ -30,6 +32,9 @@ from .settings import Settings
 from .store import Record, ResultsStore
 from .suites.custom import CustomSuite, load_suite, run_custom
 from .suites.lmeval import LmEvalTask, resolve_tasks, run_lmeval
+from .suites.logprobs import (LogprobsSuite, compare_chunks, load_logprobs_suite, perplexity,
+                              run_logprobs)
+from .stats.distribution import summarize as summarize_positions
 
 
 
@@ -40,6 +45,7 @@ class Plan:
     custom: list[CustomSuite]
     lmeval: list[tuple[object, list[LmEvalTask]]]  # (LmEvalSuiteRef, tasks)
     base_checkpoint: Path
+    logprobs: list[LogprobsSuite] = field(default_factory=list)
 
 
 @dataclass
@@ -74,7 +80,8 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
         base = cfg.model.path
     custom = [load_suite(s.path) for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
-    return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base)
+    logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
+    return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs)
 
 
 @contextmanager
@@ -149,7 +156,7 @@ class Campaign:
 
     # -- evaluation -------------------------------------------------------------------------
     def _todo(self, store: ResultsStore, vkey: str, p: Plan) -> bool:
-        keys = [s.key for s in p.custom] + [t.key for _, ts in p.lmeval for t in ts]
+        keys = [s.key for s in p.custom] + [t.key for _, ts in p.lmeval for t in ts] + [s.key for s in p.logprobs]
         probe_missing = self.cfg.probe.enabled and not self._probe_path(vkey).exists()
         return probe_missing or any(not store.is_complete(vkey, k) for k in keys)
 
@@ -179,6 +186,19 @@ class Campaign:
 
                     run_custom(suite, endpoint, done, sink, timeout_s=spec.request_timeout_s)
                 store.mark_complete(vkey, suite.key, len(suite.items))
+            for lp in p.logprobs:
+                if store.is_complete(vkey, lp.key):
+                    continue
+                done = store.done_ids(vkey, lp.key)
+                with self.reporter.step(f"[{v.name}] {lp.suite} (prompt logprobs)", total=len(lp.chunks)) as advance:
+                    advance(len(done))
+
+                    def lp_sink(recs: list[Record], s: LogprobsSuite = lp) -> None:
+                        store.put(vkey, s.key, v.name, s.suite, recs)
+                        advance(len(recs))
+
+                    run_logprobs(lp, endpoint, done, lp_sink, timeout_s=spec.request_timeout_s)
+                store.mark_complete(vkey, lp.key, len(lp.chunks))
             for ref, tasks in p.lmeval:
                 todo = [t for t in tasks if not store.is_complete(vkey, t.key)]
                 if not todo:
@@ -231,7 +251,8 @@ class Campaign:
     @staticmethod
     def _suite_keys(p: Plan) -> list[tuple[str, str, str | None]]:
         return ([(f"custom/{s.name}", s.key, s.primary) for s in p.custom]
-                + [(f"lm_eval/{t.name}", t.key, None) for _, ts in p.lmeval for t in ts])
+                + [(f"lm_eval/{t.name}", t.key, None) for _, ts in p.lmeval for t in ts]
+                + [(s.suite, s.key, "nll") for s in p.logprobs])
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self) -> CampaignResult:
@@ -280,6 +301,33 @@ class Campaign:
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
 
+    def distribution(self, record: RunRecord, store: ResultsStore, base_key: str, name: str, vkey: str,
+                     p: Plan) -> list:
+        """KL divergence and top-1 agreement per chunk against the baseline, as paired comparisons
+        (the baseline's own KL is 0 and its agreement 1), plus a per-token summary in the record."""
+        out = []
+        res = next(r for r in record.variants if r.name == name)
+        base_res = next(r for r in record.variants if r.name == self.cfg.baseline.name)
+        for lp in p.logprobs:
+            base_recs, cand_recs = store.records(base_key, lp.key), store.records(vkey, lp.key)
+            if not base_recs or not cand_recs:
+                continue
+            cc = compare_chunks(base_recs, cand_recs)
+            summ = summarize_positions(cc.positions)
+            res.distribution[lp.suite] = {**summ.__dict__, "perplexity": perplexity(cand_recs),
+                                          "mismatched_chunks": len(cc.mismatched), "chunks": len(cc.ids),
+                                          "method": f"top-{lp.top_k} + tail bucket (approximation, a near lower bound)"}
+            base_res.distribution[lp.suite] = {"perplexity": perplexity(base_recs), "chunks": len(base_recs)}
+            if not cc.ids:
+                continue
+            n = len(cc.ids)
+            paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
+                            cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
+            for m in ("kl", "top1"):
+                rule = rule_for(self.cfg.gates, lp.suite, m) or GateRule()
+                out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, self.cfg.gates))
+        return out
+
     def compare_and_gate(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan) -> None:
         cfg = self.cfg
         base_key = keys.get(cfg.baseline.name)
@@ -292,9 +340,11 @@ class Campaign:
                     paired = align(suite, store.records(base_key, skey), store.records(keys[v.name], skey))
                     metrics = sorted(paired.base)
                     for m in metrics:
-                        is_primary = m == (primary or metrics[0])
+                        # logprobs suites are gated on KL (below), their nll is reported
+                        is_primary = m == (primary or metrics[0]) and not suite.startswith("logprobs/")
                         rule = rule_for(cfg.gates, suite, m) or GateRule()
                         comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates))
+                comparisons += self.distribution(record, store, base_key, v.name, keys[v.name], p)
         record.comparisons = adjust_all(comparisons, cfg.gates.correction)
         record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
         record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])

@@ -46,6 +46,10 @@ def verdict_table(record) -> Table:
     for col in ("variant", "gate", "baseline", "variant score", "delta", "lower bound", "margin", "MDE", "result"):
         t.add_column(col)
     for g in record.gates:
+        if g.mode == "ratio":  # a performance gate: measured figures and their ratio
+            t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".4g"), _num(g.variant_mean, ".4g"),
+                      _num(g.delta, ".3f") + "x", "", g.margin_spec, "", g.verdict)
+            continue
         t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".3f"), _num(g.variant_mean, ".3f"),
                   _num(g.delta, "+.3f"), _num(g.lower_bound, "+.3f"), f"-{g.margin:.3f}", _num(g.mde, ".3f"),
                   g.verdict)
@@ -101,7 +105,7 @@ def validate(config: Path) -> None:
         _fail(e)
     n_items = sum(len(s.items) for s in p.custom)
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
-              f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks")
+              f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
 
 
 @app.command("plan")

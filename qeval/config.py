@@ -96,6 +96,7 @@ class ScorerSpec(Strict):
     pattern: str | None = None
     tolerance: float | None = None
     name: str | None = None
+    number: Literal["first", "last"] = "last"  # numeric: which number in the response is the answer
 
 
 class CustomSuiteRef(Strict):
@@ -116,7 +117,18 @@ class LmEvalSuiteRef(Strict):
     batch_size: int = Field(8, gt=0)
 
 
-SuiteRef = Annotated[CustomSuiteRef | LmEvalSuiteRef, Field(discriminator="kind")]
+class LogprobsSuiteRef(Strict):
+    """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline."""
+
+    kind: Literal["logprobs"]
+    name: Name = "corpus"
+    corpus: str = "pydoc"  # "pydoc": held-out Python reference text shipped with CPython; or a UTF-8 file
+    chunks: int = Field(32, gt=1)
+    chunk_chars: int = Field(1200, ge=100)
+    top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
+
+
+SuiteRef = Annotated[CustomSuiteRef | LmEvalSuiteRef | LogprobsSuiteRef, Field(discriminator="kind")]
 
 
 class GateRule(Strict):
@@ -124,7 +136,7 @@ class GateRule(Strict):
 
     match: str = "*"  # glob over "suite/metric", e.g. "lm_eval/*/acc" or "custom/capitals/contains"
     mode: Literal["noninferiority", "equivalence", "superiority"] = "noninferiority"
-    direction: Literal["higher", "lower"] = "higher"  # is a higher score better?
+    direction: Literal["higher", "lower"] | None = None  # is a higher score better? default: by metric name
     margin: float = Field(0.05, ge=0)
     relative: bool = False  # margin as a fraction of the baseline's score
     alpha: float = Field(0.05, gt=0, lt=0.5)
@@ -336,7 +348,9 @@ def load_config(path: str | Path) -> CampaignConfig:
     cfg: CampaignConfig = parse_model(CampaignConfig, data, str(path), node)
     base = path.resolve().parent
     suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if s.kind == "custom"
-              else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) for s in cfg.suites]
+              else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if s.kind == "lm_eval"
+              else s.model_copy(update={"corpus": s.corpus if s.corpus == "pydoc" else str(_resolve(Path(s.corpus), base))})
+              for s in cfg.suites]
     variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base)}) for v in cfg.variants]
     baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
     model = cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
@@ -352,6 +366,10 @@ def load_config(path: str | Path) -> CampaignConfig:
     if cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
         raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
     for s in cfg.suites:
+        if s.kind == "logprobs":
+            if s.corpus != "pydoc" and not _resolve(Path(s.corpus), base).is_file():
+                raise ConfigError(f"corpus {s.corpus} does not exist", file=str(path), where="suites: logprobs")
+            continue
         target = s.path if s.kind == "custom" else s.include_path
         if target is not None and not target.exists():
             raise ConfigError(f"{target} does not exist", file=str(path), where=f"suites: {s.kind}")

@@ -20,8 +20,18 @@ def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
     return hits[-1] if hits else None
 
 
+LOWER_IS_BETTER = {"nll", "kl", "perplexity", "ppl", "loss", "latency"}
+
+
+def direction_of(rule: GateRule, metric: str) -> str:
+    """The rule's direction, else the metric kind's: losses and divergences are better lower."""
+    if rule.direction is not None:
+        return rule.direction
+    return "lower" if metric.lower() in LOWER_IS_BETTER else "higher"
+
+
 def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
-    sign = 1.0 if rule.direction == "higher" else -1.0  # orient so that positive is better
+    sign = 1.0 if direction_of(rule, c.metric) == "higher" else -1.0  # orient so that positive is better
     delta, low, high = sign * c.delta, *sorted((sign * c.ci_low, sign * c.ci_high))
     margin = rule.margin * abs(c.base_mean) if rule.relative else rule.margin
     d = decide(rule.mode, low, high, margin, mde=c.mde)
@@ -38,7 +48,9 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
 def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str]) -> list[GateResult]:
     results = []
     for c in comparisons:
-        explicit = [r for r in policy.rules if "*" not in r.match and r.match == f"{c.suite}/{c.metric}"]
+        # a rule names a metric when its pattern's last part is that metric, e.g. "logprobs/*/top1"
+        explicit = [r for r in policy.rules if r.match.rsplit("/", 1)[-1] == c.metric
+                    and fnmatchcase(f"{c.suite}/{c.metric}", r.match)]
         if not c.primary and not explicit:
             continue  # secondary metrics are reported, gated only when a rule names them
         rule = rule_for(policy, c.suite, c.metric)

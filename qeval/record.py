@@ -46,6 +46,7 @@ class VariantResult(_Model):
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []
+    distribution: dict[str, dict[str, Any]] = {}  # per logprobs suite: perplexity, KL, top-1 agreement
     probe: dict[str, Any] | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
 

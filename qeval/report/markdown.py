@@ -49,6 +49,22 @@ wrong, c = baseline wrong / variant right.
 {% for c in r.comparisons -%}
 | {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] ({{ "%.0f" % (100 * c.confidence) }}%) | {{ c.interval_method }} | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }} ({{ "%.1f" % (100 * c.flip_rate) }}%){% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
 {% endfor %}
+{% if dist %}
+## Next-token distributions
+
+Prompt log-probabilities of a held-out text corpus, token by token, against the baseline's on the
+same tokens. KL divergence is computed from the top-k log-probabilities the server returns, with
+the rest of the mass in one tail bucket: an approximation (close to a lower bound of the full KL).
+Delta-p: the change in the probability of the baseline's most likely token.
+
+| variant | suite | perplexity | tokens | KL mean | KL median | KL p95 | KL p99 | top-1 agreement | delta-p mean | delta-p p01 | chunks (mismatched) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{% for v in r.variants -%}
+{% for suite, d in v.distribution.items() -%}
+| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.get("tokens", "-") }} | {{ f(d.get("kl_mean")) }} | {{ f(d.get("kl_median")) }} | {{ f(d.get("kl_p95")) }} | {{ f(d.get("kl_p99")) }} | {{ f(d.get("top1_agreement")) }} | {{ s(d.get("delta_p_mean")) }} | {{ s(d.get("delta_p_p01")) }} | {{ d.chunks }}{% if d.get("mismatched_chunks") %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
+{% endfor -%}
+{% endfor %}
+{% endif %}
 {% if probed %}
 ## Performance
 
@@ -120,7 +136,7 @@ def _render(template: str, r: RunRecord) -> str:
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
     return env.from_string(template).render(
-        r=r, suites=suites, probed=any(v.probe for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
 

@@ -35,14 +35,19 @@ def _refs(reference: str | list[str]) -> list[str]:
     return [reference] if isinstance(reference, str) else list(reference)
 
 
+def numbers(text: str) -> list[float]:
+    out = []
+    for m in _NUMBER.finditer(text):
+        try:
+            out.append(float(m.group().replace(",", "")))
+        except ValueError:
+            pass
+    return out
+
+
 def first_number(text: str) -> float | None:
-    m = _NUMBER.search(text)
-    if not m:
-        return None
-    try:
-        return float(m.group().replace(",", ""))
-    except ValueError:
-        return None
+    found = numbers(text)
+    return found[0] if found else None
 
 
 class _Simple:
@@ -91,11 +96,15 @@ def _regex(spec: ScorerSpec) -> Scorer:
 
 @SCORERS.register("numeric")
 def _numeric(spec: ScorerSpec) -> Scorer:
-    """The first number in the response is within `tolerance` (relative) of the reference."""
+    """The response's last (or first) number is within `tolerance` (relative) of the reference.
+
+    Last by default: models often restate the question ("4 + 9 = 13") before the answer."""
     tol = 1e-6 if spec.tolerance is None else spec.tolerance
 
     def fn(resp: str, ref: str) -> bool:
-        got, want = first_number(resp), first_number(ref)
+        found = numbers(resp)
+        got = (found[-1] if spec.number == "last" else found[0]) if found else None
+        want = first_number(ref)
         if got is None or want is None:
             return False
         return math.isclose(got, want, rel_tol=tol, abs_tol=tol)

@@ -45,6 +45,10 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
                          ("time/quantize_s", v.quantize_seconds)):
         if value is not None:
             m[label] = float(value)
+    for suite, figures in v.distribution.items():
+        for k, value in figures.items():
+            if isinstance(value, (int, float)) and value == value:
+                m[metric_name("dist", suite, k)] = float(value)
     for k, value in v.perf().items():
         m[metric_name("perf", k)] = value
     if v.probe and v.probe.get("saturation_concurrency") is not None:

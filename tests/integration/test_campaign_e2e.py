@@ -128,3 +128,25 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     report = (tmp_path / "runs" / "e2e" / "report.md").read_text()
     assert f"**Overall verdict: {rec.verdict}**" in report and "| int8 | custom/capitals / contains |" in report
     json.loads((tmp_path / "runs" / "e2e" / "run.json").read_text())  # well-formed
+
+    # 7. MLflow down: the campaign still finishes (from the store, no server needed) and keeps its record;
+    #    `qeval sync` logs it later, and a second sync adds nothing
+    down = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], capture_output=True, text=True,
+                          timeout=600, env=subprocess_env(MLFLOW_TRACKING_URI="http://127.0.0.1:9",
+                                                          MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                                                          MLFLOW_HTTP_REQUEST_TIMEOUT="5"))
+    assert down.returncode in (0, 1), down.stderr[-2000:]
+    assert "MLflow logging failed" in down.stderr and "qeval sync" in down.stderr
+    kept = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
+    assert "error" in kept.tracking and kept.run_id != rec.run_id
+    uri = rec.tracking["tracking_uri"]
+    ids = []
+    for _ in range(2):
+        s = subprocess.run([sys.executable, "-m", "qeval.cli", "sync", str(tmp_path / "runs" / "e2e"),
+                            "--tracking-uri", uri], capture_output=True, text=True, timeout=300, env=subprocess_env())
+        assert s.returncode == 0, s.stderr
+        ids.append(RunRecord.load(tmp_path / "runs" / "e2e" / "run.json").tracking["parent_run_id"])
+    assert ids[0] == ids[1]
+    parents = client.search_runs([rec.tracking["experiment_id"]],
+                                 filter_string=f"tags.`qeval.run_id` = '{kept.run_id}' and tags.`qeval.role` = 'campaign'")
+    assert len(parents) == 1

@@ -52,3 +52,21 @@ def test_lmeval_task_gives_paired_per_item_records(server, settings, tmp_path):
     # lm-eval's own aggregate agrees with the mean of our per-item records
     results = json.loads(next((tmp_path / "lmeval-out").rglob("results_*.json")).read_text())
     assert results["results"]["bb_general_knowledge"]["acc,none"] == pytest.approx(acc)
+
+
+def test_logprobs_suite_perplexity_and_self_agreement(server):
+    from qeval.config import LogprobsSuiteRef
+    from qeval.suites.logprobs import compare_chunks, load_logprobs_suite, perplexity, run_logprobs
+
+    _, endpoint = server
+    suite = load_logprobs_suite(LogprobsSuiteRef(kind="logprobs", chunks=4, top_k=5))
+    a, b = [], []
+    assert run_logprobs(suite, endpoint, set(), a.extend) == 4
+    run_logprobs(suite, endpoint, set(), b.extend)
+    assert all(len(r.extra["tokens"]) > 150 and r.extra["lp"][0] is None for r in a)  # ~1200 chars of prose
+    assert all(len(t) >= 5 for r in a for t in r.extra["top"][1:])  # top-k at every predicted position
+    ppl = perplexity(a)
+    assert 2 < ppl < 60, ppl  # real English technical prose for a 135M model
+    same = compare_chunks(sorted(a, key=lambda r: r.item_id), sorted(b, key=lambda r: r.item_id))
+    assert same.mismatched == [] and len(same.ids) == 4
+    assert same.kl.max() < 1e-6 and same.top1.min() == 1.0  # a variant against itself

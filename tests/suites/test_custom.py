@@ -71,6 +71,8 @@ def test_descriptor_errors(tmp_path):
     ("contains", {}, "Bogotá", ["Bogota", "Bogotá"], 1.0),
     ("numeric", {"tolerance": 0}, "The answer is 1,024.", "1024", 1.0),
     ("numeric", {"tolerance": 0}, "-3", "3", 0.0),
+    ("numeric", {"tolerance": 0}, "4 + 9 = 13", "13", 1.0),
+    ("numeric", {"tolerance": 0, "number": "first"}, "4 + 9 = 13", "13", 0.0),
     ("numeric", {"tolerance": 0.01}, "3.14", "3.1416", 1.0),
     ("regex", {"pattern": r"answer: (\w+)"}, "my answer: B", "b", 1.0),
 ])

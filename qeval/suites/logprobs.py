@@ -1,0 +1,132 @@
+"""Distribution probe: prompt log-probabilities of a held-out corpus from each variant's endpoint.
+
+Each chunk of text is sent once with `echo` and `logprobs=k` (vLLM returns the prompt's tokens, the
+log-probability of each, and the top-k alternatives at each position). Per chunk a record keeps the
+tokens, their log-probabilities and the top-k; comparisons against the baseline (KL divergence,
+top-1 agreement, delta-p) are computed from the records, after every variant has run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import numpy as np
+
+from ..config import LogprobsSuiteRef
+from ..engines import Endpoint
+from ..errors import ConfigError, EngineError
+from ..hashing import stable_hash
+from ..quantize.calibration import calibration_texts
+from ..stats.distribution import PositionStats, compare_positions
+from ..store import Record
+
+
+@dataclass(frozen=True)
+class LogprobsSuite:
+    name: str
+    chunks: list[str]
+    top_k: int
+    key: str
+
+    @property
+    def suite(self) -> str:
+        return f"logprobs/{self.name}"
+
+
+def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:
+    if ref.corpus == "pydoc":
+        # the half of the Python reference topics that calibration never sees
+        return "\n\n".join(calibration_texts(every=2, offset=1))
+    try:
+        return Path(ref.corpus).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read corpus {ref.corpus}: {e}", file=config_file, where="suites: logprobs") from None
+
+
+def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> LogprobsSuite:
+    text = " ".join(_corpus(ref, config_file).split())  # whitespace runs add nothing but tokens
+    step = ref.chunk_chars
+    chunks = [text[i:i + step] for i in range(0, len(text) - step + 1, step)][:ref.chunks]
+    if len(chunks) < 2:
+        raise ConfigError(f"corpus {ref.corpus} is too short for {ref.chunk_chars}-character chunks",
+                          file=config_file, where="suites: logprobs")
+    key = stable_hash({"chunks": stable_hash(chunks), "top_k": ref.top_k, "name": ref.name})
+    return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}")
+
+
+async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int) -> Record:
+    payload = {"model": endpoint.model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": k,
+               "temperature": 0.0}
+    last: Exception | None = None
+    for _ in range(retries + 1):
+        try:
+            r = await client.post("/completions", json=payload)
+            r.raise_for_status()
+            lp = r.json()["choices"][0]["logprobs"]
+            break
+        except (httpx.HTTPError, KeyError, ValueError) as e:
+            last = e
+            await asyncio.sleep(1)
+    else:
+        raise EngineError(f"logprobs: chunk {i} failed after {retries + 1} tries: {last}")
+    tokens, token_lp, top = lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]
+    scored = [x for x in token_lp[1:] if x is not None]
+    nll = float(-np.mean(scored)) if scored else float("nan")
+    return Record(item_id=f"{i:04d}", scores={"nll": nll}, prompt_hash=stable_hash([text, k]),
+                  doc_hash=stable_hash(text), response=None,
+                  extra={"tokens": tokens, "lp": token_lp, "top": [t or {} for t in top], "n": len(scored)})
+
+
+def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
+                 concurrency: int = 4, timeout_s: float = 300, retries: int = 2) -> int:
+    todo = [(i, c) for i, c in enumerate(suite.chunks) if f"{i:04d}" not in done]
+
+    async def main() -> None:
+        sem = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s) as client:
+            async def one(i: int, text: str) -> None:
+                async with sem:
+                    sink([await _score(client, endpoint, i, text, suite.top_k, retries)])
+
+            await asyncio.gather(*(one(i, c) for i, c in todo))
+
+    if todo:
+        asyncio.run(main())
+    return len(todo)
+
+
+@dataclass(frozen=True)
+class ChunkComparison:
+    ids: list[str]
+    kl: np.ndarray  # per chunk: mean per-token KL(base || variant), top-k approximation
+    top1: np.ndarray  # per chunk: share of positions where the top tokens agree
+    positions: list[PositionStats]
+    mismatched: list[str]  # chunks whose token sequences differ between the two (excluded)
+
+
+def compare_chunks(base: list[Record], cand: list[Record]) -> ChunkComparison:
+    b = {r.item_id: r for r in base}
+    c = {r.item_id: r for r in cand}
+    ids, kl, top1, pos, bad = [], [], [], [], []
+    for i in sorted(b.keys() & c.keys()):
+        if b[i].extra["tokens"] != c[i].extra["tokens"]:
+            bad.append(i)  # different tokenizers: per-token comparison is meaningless
+            continue
+        ps = compare_positions(b[i].extra["top"], c[i].extra["top"])
+        if len(ps.kl) == 0:
+            continue
+        ids.append(i)
+        kl.append(float(ps.kl.mean()))
+        top1.append(float(ps.top1_agree.mean()))
+        pos.append(ps)
+    return ChunkComparison(ids=ids, kl=np.array(kl), top1=np.array(top1), positions=pos, mismatched=bad)
+
+
+def perplexity(records: list[Record]) -> float:
+    total = sum(r.scores["nll"] * r.extra["n"] for r in records)
+    n = sum(r.extra["n"] for r in records)
+    return float(np.exp(total / n)) if n else float("nan")
