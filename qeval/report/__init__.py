@@ -9,9 +9,10 @@ from ..record import RunRecord
 
 
 def write_all(record: RunRecord, run_dir: Path) -> dict[str, Path]:
-    from . import junit, markdown
+    from . import html, junit, markdown
 
     paths = {"report": markdown.write(record, run_dir / "report.md"),
+             "html": html.write(record, run_dir / "report.html"),
              "junit": junit.write(record, run_dir / "junit.xml")}
     summary = markdown.render_summary(record)
     (run_dir / "summary.md").write_text(summary)

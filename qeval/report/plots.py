@@ -1,0 +1,91 @@
+"""The report's figures (matplotlib, Agg): readable in black and white — markers and line styles
+carry the meaning, not colour."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; figures are rendered to PNG bytes
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..record import RunRecord  # noqa: E402
+
+MARKERS = {"PASS": ("o", "black"), "FAIL": ("x", "black"), "INCONCLUSIVE": ("s", "none"), "WARN": ("^", "none")}
+STYLES = ["-", "--", ":", "-."]
+POINTS = ["o", "s", "^", "D", "v", "P"]
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def forest(r: RunRecord) -> bytes | None:
+    """Each gate's delta and interval (oriented: right is better), with its -margin."""
+    gates = [g for g in r.gates if g.mode != "ratio" and g.lower_bound is not None]
+    if not gates:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(gates) + 1.2))
+    for i, g in enumerate(reversed(gates)):
+        ax.plot([g.lower_bound, g.upper_bound], [i, i], color="black", lw=1.5)
+        m, face = MARKERS.get(g.verdict, ("o", "black"))
+        ax.plot([g.delta], [i], marker=m, color="black", markerfacecolor=face, ms=7, lw=0)
+        ax.plot([-g.margin, -g.margin], [i - 0.35, i + 0.35], color="black", ls="--", lw=1)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(gates)), [f"{g.variant}: {g.suite}/{g.metric}" for g in reversed(gates)], fontsize=8)
+    ax.set_xlabel("delta = variant - baseline (oriented: right is better); dashed: -margin")
+    ax.set_title("Gates: interval of delta (o pass, x fail, open square inconclusive)", fontsize=10)
+    return _png(fig)
+
+
+def _quality(v) -> float | None:
+    # mean of the suites' primary scores: one number per variant for the trade-off view
+    vals = [s.means[s.primary] for s in v.suites if not s.suite.startswith("logprobs/")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def tradeoff(r: RunRecord) -> bytes | None:
+    pts = [(v.name, _quality(v), v.perf()) for v in r.variants if v.status == "ok"]
+    pts = [(n, q, p) for n, q, p in pts if q is not None and "weights_bytes" in p]
+    if len(pts) < 2:
+        return None
+    has_tp = all("max_output_throughput" in p for _, _, p in pts)
+    fig, axes = plt.subplots(1, 2 if has_tp else 1, figsize=(10 if has_tp else 5.5, 4), squeeze=False)
+    for k, (n, q, p) in enumerate(pts):
+        axes[0][0].plot(p["weights_bytes"] / 2**20, q, marker=POINTS[k % len(POINTS)], color="black", ls="", ms=8,
+                        label=n)
+        if has_tp:
+            axes[0][1].plot(p["max_output_throughput"], q, marker=POINTS[k % len(POINTS)], color="black", ls="", ms=8,
+                            label=n)
+    axes[0][0].set_xlabel("weights on disk (MiB)")
+    axes[0][0].set_ylabel("mean primary score over suites")
+    axes[0][0].set_title("quality vs memory", fontsize=10)
+    axes[0][0].legend(fontsize=8)
+    if has_tp:
+        axes[0][1].set_xlabel("peak output throughput (tokens/s)")
+        axes[0][1].set_title("quality vs throughput", fontsize=10)
+    return _png(fig)
+
+
+def latency(r: RunRecord) -> bytes | None:
+    probed = [v for v in r.variants if v.probe and v.probe.get("steps")]
+    if not probed:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for k, v in enumerate(probed):
+        steps = sorted((s for s in v.probe["steps"] if s["kind"] == "concurrency"), key=lambda s: s["load"])
+        xs = [s["load"] for s in steps]
+        style = dict(color="black", ls=STYLES[k % len(STYLES)], marker=POINTS[k % len(POINTS)], label=v.name)
+        axes[0].plot(xs, [s["output_throughput"] for s in steps], **style)
+        axes[1].plot(xs, [s["ttft_ms"]["p95"] for s in steps], **style)
+        axes[2].plot(xs, [s["tpot_ms"]["p95"] for s in steps], **style)
+    for ax, title in zip(axes, ("output tokens/s", "TTFT p95 (ms)", "TPOT p95 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
+    return _png(fig)
