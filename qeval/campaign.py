@@ -371,8 +371,19 @@ def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | No
     result.extras.update({k: str(v) for k, v in paths.items()})
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+        use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
         try:
-            record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment)
+            if use_server:
+                from .tracking.server import MlflowServer
+
+                with MlflowServer(cfg.output_dir) as url:
+                    log(f"MLflow server up at {url} (store {cfg.output_dir / 'mlflow.db'})")
+                    record.tracking = log_record(record, result.run_dir, url, cfg.mlflow.experiment)
+                # the server is gone; the same store stays readable directly
+                record.tracking["server_url"] = record.tracking["tracking_uri"]
+                record.tracking["tracking_uri"] = uri
+            else:
+                record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment)
         except Exception as e:  # any tracker fault: the record is safe on disk; `qeval sync` retries
             record.tracking = {"tracking_uri": uri, "error": f"{type(e).__name__}: {e}"[:500]}
             log(f"MLflow logging failed ({type(e).__name__}: {e}); the run record is kept in "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -87,7 +88,7 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
     if rec.tracking.get("parent_run_id"):
         out.print(f"MLflow:  run {rec.tracking['parent_run_id']} (experiment {rec.tracking['experiment_id']}) "
                   f"at {rec.tracking['tracking_uri']}")
-        out.print(f"         browse: mlflow ui --backend-store-uri {rec.tracking['tracking_uri']}")
+        out.print(f"         browse: qeval ui {result.run_dir.parent}")
     raise typer.Exit(exit_code(rec))
 
 
@@ -171,6 +172,28 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
         _fail(QevalError(f"MLflow at {uri}: {type(e).__name__}: {e}"))
     rec.save(path)
     out.print(f"logged: run {rec.tracking['parent_run_id']} at {uri}")
+
+
+@app.command()
+def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' output folder (holds mlflow.db)"),
+       port: int = typer.Option(5000, help="port on 127.0.0.1")) -> None:
+    """Serve the MLflow UI over a campaign folder's store until Ctrl-C."""
+    from .tracking.server import MlflowServer
+
+    if not (output_dir / "mlflow.db").is_file():
+        _fail(QevalError(f"{output_dir / 'mlflow.db'}: no MLflow store here (run a campaign first)"))
+    server = MlflowServer(output_dir, port=port)
+    try:
+        url = server.start()
+        out.print(f"MLflow UI: {url}  (Ctrl-C to stop)")
+        while server.proc and server.proc.alive():
+            time.sleep(1)
+    except QevalError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 def main() -> None:

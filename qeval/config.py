@@ -211,6 +211,9 @@ class ProbeSpec(Strict):
 class MlflowSpec(Strict):
     enabled: bool = True
     tracking_uri: str | None = None  # default: MLFLOW_TRACKING_URI, else a SQLite store in the run folder
+    # with no tracking URI: log through a real `mlflow server` started on loopback for the run (and
+    # stopped after it), rather than writing the SQLite store directly
+    server: bool = False
     experiment: str | None = None  # default: the campaign name
 
 

@@ -41,6 +41,7 @@ suites:
   - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_general_knowledge], limit: 30}}
 gates:
   rules: [{{match: "*", margin: 0.15, alpha: 0.05}}]  # wide enough for these small suites to have the power
+mlflow: {{server: true}}  # log through a real `mlflow server` on loopback
 """)
     return cfg
 
@@ -89,6 +90,7 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     log = (tmp_path / "second.log").read_text()
     assert rc in (0, 1), log[-3000:]
     assert "resuming run" in log and "[bf16] every suite already in the store" in log
+    assert "MLflow server up at http://127.0.0.1:" in log
 
     # 3. every item once, per variant and suite
     con = sqlite3.connect(db)
@@ -139,14 +141,21 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     assert "MLflow logging failed" in down.stderr and "qeval sync" in down.stderr
     kept = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
     assert "error" in kept.tracking and kept.run_id != rec.run_id
-    uri = rec.tracking["tracking_uri"]
-    ids = []
-    for _ in range(2):
-        s = subprocess.run([sys.executable, "-m", "qeval.cli", "sync", str(tmp_path / "runs" / "e2e"),
-                            "--tracking-uri", uri], capture_output=True, text=True, timeout=300, env=subprocess_env())
-        assert s.returncode == 0, s.stderr
-        ids.append(RunRecord.load(tmp_path / "runs" / "e2e" / "run.json").tracking["parent_run_id"])
-    assert ids[0] == ids[1]
-    parents = client.search_runs([rec.tracking["experiment_id"]],
-                                 filter_string=f"tags.`qeval.run_id` = '{kept.run_id}' and tags.`qeval.role` = 'campaign'")
-    assert len(parents) == 1
+    from qeval.tracking.server import MlflowServer
+
+    with MlflowServer(tmp_path / "later") as url:  # a real tracking server, over HTTP
+        ids = []
+        for _ in range(2):
+            s = subprocess.run([sys.executable, "-m", "qeval.cli", "sync", str(tmp_path / "runs" / "e2e"),
+                                "--tracking-uri", url], capture_output=True, text=True, timeout=300,
+                               env=subprocess_env())
+            assert s.returncode == 0, s.stderr
+            ids.append(RunRecord.load(tmp_path / "runs" / "e2e" / "run.json").tracking["parent_run_id"])
+        assert ids[0] == ids[1]
+        remote = MlflowClient(tracking_uri=url)
+        exp = remote.get_experiment_by_name("e2e")
+        parents = remote.search_runs([exp.experiment_id], filter_string="tags.`qeval.role` = 'campaign'")
+        assert len(parents) == 1 and parents[0].data.tags["qeval.run_id"] == kept.run_id
+        kids = remote.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{ids[0]}'")
+        assert sorted(k.info.run_name for k in kids) == ["bf16", "int8", "same"]
+        assert any(k.data.metrics.get("perf/weights_bytes") for k in kids)

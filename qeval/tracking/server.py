@@ -1,0 +1,64 @@
+"""A local MLflow tracking server (SQLite store, local artifacts, loopback), started and stopped by qeval."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from ..engines.process import ServerProcess, free_port
+from ..errors import QevalError
+
+
+class MlflowServer:
+    """`mlflow server` on 127.0.0.1 and a free port; a context manager, like the engines."""
+
+    def __init__(self, store_dir: Path, host: str = "127.0.0.1", port: int | None = None,
+                 startup_timeout_s: float = 180):
+        self.store_dir, self.host, self.port = store_dir, host, port
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: ServerProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> str:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port(self.host)
+        mlflow_bin = Path(sys.executable).with_name("mlflow")
+        argv = [str(mlflow_bin), "server", "--host", self.host, "--port", str(self.port),
+                "--backend-store-uri", f"sqlite:///{(self.store_dir / 'mlflow.db').resolve()}",
+                "--default-artifact-root", str((self.store_dir / "mlartifacts").resolve()),
+                "--artifacts-destination", str((self.store_dir / "mlartifacts").resolve()), "--workers", "1"]
+        self.proc = ServerProcess(argv, dict(os.environ), self.store_dir / "mlflow-server.log")
+        self.proc.spawn()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                tail = self.proc.log_tail()
+                self.stop()
+                raise QevalError(f"MLflow server exited during start-up:\n{tail}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        tail = self.proc.log_tail()
+        self.stop()
+        raise QevalError(f"MLflow server not healthy after {self.startup_timeout_s:.0f} s:\n{tail}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate(grace_s=15)
+            self.proc = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
