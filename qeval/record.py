@@ -41,6 +41,7 @@ class VariantResult(_Model):
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None
+    restarts: int = 0  # engine restarts after a fault mid-suite
     engine_rss_bytes: int | None = None
     eval_seconds: float | None = None
     status: Status = "ok"
