@@ -361,7 +361,10 @@ def load_config(path: str | Path) -> CampaignConfig:
     cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
                                  "output_dir": _resolve(cfg.output_dir, base)})
     if isinstance(cfg.gates, Path):
-        cfg = cfg.model_copy(update={"gates": load_policy(_resolve(cfg.gates, base))})
+        policy_file = _resolve(cfg.gates, base)
+        if not policy_file.is_file():
+            raise ConfigError(f"gate policy {policy_file} does not exist", file=str(path), where="gates")
+        cfg = cfg.model_copy(update={"gates": load_policy(policy_file)})
     for v in cfg.all_variants():
         if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():
             where = f"variant {v.name}: checkpoint"

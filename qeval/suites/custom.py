@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -119,6 +118,8 @@ def load_suite(path: Path) -> CustomSuite:
         raise ConfigError("expected a mapping (the suite descriptor)", file=str(path))
     desc: SuiteDescriptor = parse_model(SuiteDescriptor, data, str(path), node)
     items_path = desc.items if desc.items.is_absolute() else (path.parent / desc.items).resolve()
+    if not items_path.is_file():
+        raise ConfigError(f"items file {items_path} does not exist", file=str(path), where="items")
     desc = desc.model_copy(update={"items": items_path})
     try:
         scorers = [build_scorer(s) for s in desc.scorers]
@@ -185,6 +186,3 @@ def run_custom(suite: CustomSuite, endpoint: Endpoint, done: set[str], sink: Cal
         asyncio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries))
     return len(todo)
 
-
-def is_finite_scores(scores: dict[str, float]) -> bool:
-    return all(math.isfinite(v) for v in scores.values())
