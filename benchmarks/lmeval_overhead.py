@@ -1,0 +1,70 @@
+"""Evaluation throughput: one lm-eval task through qeval (per-item records, request cache, parsing into
+the store) against the plain `lm_eval` CLI on the same endpoint and settings, alternating.
+Issue target: qeval's wall time at most 1.05x the plain run's.
+
+Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task bb_unit_identification] [--limit 200] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from qeval.config import EngineSpec, LmEvalSuiteRef, VariantSpec
+from qeval.engines.vllm import VllmEngine
+from qeval.settings import Settings
+from qeval.store import ResultsStore
+from qeval.suites.lmeval import lmeval_argv, materialize_tasks, resolve_tasks, run_lmeval
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--task", default="bb_unit_identification")
+    ap.add_argument("--limit", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    settings = Settings.from_env()
+    model = settings.models / "smollm2-135m-instruct"
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=[args.task], include_path=ROOT / "suites" / "lmeval", limit=args.limit)
+    py = settings.python(settings.vllm_env)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        engine = VllmEngine(variant=VariantSpec(name="bench", method="bf16"), checkpoint=model,
+                            spec=EngineSpec(kv_cache_gib=2), settings=settings, log_dir=tmp)
+        with engine as ep:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
+            env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1",
+                       HF_DATASETS_CACHE=str(tmp / "hf"))
+            plain_t, qeval_t = [], []
+            for r in range(args.rounds):
+                # plain: the same command lm-eval's users type, without per-sample logs or a request cache
+                include = materialize_tasks(ref, settings.data, tmp / f"plain{r}")
+                argv = lmeval_argv(py, ref, ep, [args.task], include, tmp / f"plain{r}" / "out", tmp / "unused")
+                i = argv.index("--log_samples")
+                argv = argv[:i] + argv[i + 1:]
+                j = argv.index("--use_cache")
+                argv = argv[:j] + argv[j + 2:]
+                t0 = time.perf_counter()
+                subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                plain_t.append(time.perf_counter() - t0)
+                tasks = resolve_tasks(ref, settings.data)
+                with ResultsStore(tmp / f"q{r}.sqlite") as store:
+                    t0 = time.perf_counter()
+                    run_lmeval(ref, tasks, ep, py, settings.data, tmp / f"q{r}",
+                               lambda t, recs: store.put("v", t.key, "bench", t.name, recs), tmp / f"q{r}.log")
+                    qeval_t.append(time.perf_counter() - t0)
+                    n = store.count()
+                print(f"round {r}: plain lm_eval {plain_t[-1]:.1f} s, qeval {qeval_t[-1]:.1f} s ({n} records)")
+            a, b = sum(qeval_t) / len(qeval_t), sum(plain_t) / len(plain_t)
+            print(f"{args.task}, limit {args.limit}: qeval {a:.1f} s vs plain {b:.1f} s: ratio {a / b:.3f} "
+                  f"(target <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()
