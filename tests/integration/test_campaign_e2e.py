@@ -160,3 +160,24 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
         kids = remote.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{ids[0]}'")
         assert sorted(k.info.run_name for k in kids) == ["bf16", "int8", "same"]
         assert any(k.data.metrics.get("perf/weights_bytes") for k in kids)
+
+    # 8. the notebook loads the campaign from MLflow and redraws the trade-off
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "notebooks" / "explore_campaign.ipynb", as_version=4)
+    figure = tmp_path / "tradeoff.png"
+    env = {"QEVAL_TRACKING_URI": rec.tracking["tracking_uri"], "QEVAL_EXPERIMENT": "e2e",
+           "QEVAL_RUN_ID": rec.tracking["parent_run_id"], "QEVAL_FIGURE": str(figure)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert figure.stat().st_size > 1000
+    assert nb.cells[-1].outputs[-1]["data"]["text/plain"] == "3"  # three variants in the table
