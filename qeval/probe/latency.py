@@ -103,29 +103,31 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) 
         asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.warmup_requests,
                                                                                  seed + 999), spec.output_tokens,
                                     min(spec.warmup_requests, 4), spec.max_seconds_per_step))
-    for k, c in enumerate(spec.concurrency):
-        n = max(spec.requests_per_step, c * spec.min_rounds_per_step)
-        run = asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + k),
-                                          spec.output_tokens, c, spec.max_seconds_per_step))
-        s = summarize("concurrency", c, run)
+
+    def record(kind: str, load: float, run: StepRun) -> None:
+        s = summarize(kind, load, run)
         steps.append(s)
-        rows += _rows("concurrency", c, run.results)
+        rows.extend(_rows(kind, load, run.results))
         if on_step:
             on_step(s)
+
+    def knee() -> float | None:
         conc = [x for x in steps if x.kind == "concurrency"]
-        sat = saturation_point([Step(x.load, x.output_throughput, x.e2e_ms["p95"]) for x in conc])
+        return saturation_point([Step(x.load, x.output_throughput, x.e2e_ms["p95"]) for x in conc])
+
+    for k, c in enumerate(spec.concurrency):
+        n = max(spec.requests_per_step, c * spec.min_rounds_per_step)
+        record("concurrency", c, asyncio.run(run_concurrency(
+            endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + k), spec.output_tokens, c,
+            spec.max_seconds_per_step)))
+        sat = knee()
         if spec.stop_after_saturation and sat is not None and c >= 2 * sat:
             break  # one step past the knee shows it; more only adds queueing time
     for k, rate in enumerate(spec.rates):
-        run = asyncio.run(run_rate(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.requests_per_step,
-                                                                               seed + 100 + k),
-                                   spec.output_tokens, rate, seed + k, spec.max_seconds_per_step))
-        s = summarize("rate", rate, run)
-        steps.append(s)
-        rows += _rows("rate", rate, run.results)
-        if on_step:
-            on_step(s)
+        record("rate", rate, asyncio.run(run_rate(
+            endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.requests_per_step, seed + 100 + k),
+            spec.output_tokens, rate, seed + k, spec.max_seconds_per_step)))
     conc = [x for x in steps if x.kind == "concurrency"]
-    sat = saturation_point([Step(x.load, x.output_throughput, x.e2e_ms["p95"]) for x in conc])
     slo_load = max_load_within_slo([x.load for x in conc], [x.flat() for x in conc], spec.slo) if spec.slo else None
+    sat = knee()
     return ProbeResult(steps=steps, saturation_concurrency=sat, max_concurrency_within_slo=slo_load, requests=rows)
