@@ -78,7 +78,7 @@ class BootstrapCI:
     seed: int
 
 
-MULTINOMIAL_MAX_VALUES = 64
+MULTINOMIAL_MAX_VALUES = 256  # 10,000 multinomial draws over 256 values: ~0.3 s here
 
 
 def _resample_means(d: np.ndarray, resamples: int, seed: int, chunk: int) -> np.ndarray:

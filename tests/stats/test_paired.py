@@ -63,7 +63,7 @@ def test_bootstrap_agrees_with_scipy_percentile():
 
 def test_bootstrap_is_seeded_and_chunking_does_not_change_it():
     rng = np.random.default_rng(2)
-    base, cand = rng.random(90), rng.random(90)
+    base, cand = rng.random(400), rng.random(400)
     a = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=5000)
     b = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=777)
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
@@ -71,7 +71,7 @@ def test_bootstrap_is_seeded_and_chunking_does_not_change_it():
 
 def test_bootstrap_matches_brute_force_loop():
     rng = np.random.default_rng(4)
-    base, cand = rng.random(100), rng.random(100)  # > 64 distinct differences: the index-resampling path
+    base, cand = rng.random(300), rng.random(300)  # > 256 distinct differences: the index-resampling path
     d = cand - base
     got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=3000, seed=11, chunk=3000)
     rng = np.random.default_rng(11)
