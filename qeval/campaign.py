@@ -23,7 +23,7 @@ from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
 from .progress import PlainReporter, Reporter
-from .errors import EngineError, MissingEnvError, QevalError, QuantizeError
+from .errors import EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for

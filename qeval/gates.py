@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from .config import GatePolicy, GateRule, PerfRule
+from .config import GatePolicy, GateRule
 from .record import Comparison, GateResult, GateVerdict
 from .stats import decide
 

@@ -20,7 +20,7 @@ from qeval.campaign import plan
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.settings import Settings
-from qeval.suites.custom import load_items, load_suite
+from qeval.suites.custom import load_items
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEM = {"id": "a", "prompt": "What is 2 + 2?", "reference": "4"}

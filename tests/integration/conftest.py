@@ -45,6 +45,21 @@ def server(settings, base_model, engine_spec, tmp_path_factory):
         yield engine, endpoint
 
 
+def count_records(db: Path, variant: str) -> int:
+    """Records a (possibly running) campaign has stored for a variant, read without locking it."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT COUNT(*) FROM records WHERE variant=?", (variant,)).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)

@@ -15,7 +15,7 @@ import pytest
 
 from qeval.record import RunRecord
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, count_records, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -46,18 +46,6 @@ mlflow: {{server: true}}  # log through a real `mlflow server` on loopback
     return cfg
 
 
-def _count(db: Path, variant: str) -> int:
-    if not db.exists():
-        return 0
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    try:
-        return con.execute("SELECT COUNT(*) FROM records WHERE variant=?", (variant,)).fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-    finally:
-        con.close()
-
-
 def _cli(cfg: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(COLUMNS="200"),
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -71,7 +59,7 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     # 1. run until the int8 variant is part-way through its first suite, then SIGKILL: no clean-up at all
     first = _cli(cfg, tmp_path / "first.log")
     deadline = time.monotonic() + 1200
-    while _count(db, "int8") < 10:
+    while count_records(db, "int8") < 10:
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "int8 never started"
         time.sleep(0.5)
@@ -81,7 +69,7 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     # the server dies with its parent (parent-death signal), even after a SIGKILL
     _, alive = psutil.wait_procs(servers, timeout=60)
     assert not alive, [p.cmdline()[:4] for p in alive]
-    partial = _count(db, "int8")
+    partial = count_records(db, "int8")
     assert 10 <= partial < sum(EXPECTED.values())
 
     # 2. the same command again resumes: the baseline is not re-run, int8 finishes

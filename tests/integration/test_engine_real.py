@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from qeval.config import EngineSpec, VariantSpec
+from qeval.config import VariantSpec
 from qeval.engines.vllm import VllmEngine
 from qeval.errors import EngineError
 

@@ -7,28 +7,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from qeval.record import RunRecord
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, count_records, subprocess_env
 
 pytestmark = pytest.mark.slow
-
-
-def _count(db: Path, variant: str) -> int:
-    if not db.exists():
-        return 0
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    try:
-        return con.execute("SELECT COUNT(*) FROM records WHERE variant=?", (variant,)).fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-    finally:
-        con.close()
 
 
 def test_engine_killed_mid_suite_is_restarted_and_resumed(base_model, tmp_path):
@@ -56,7 +43,7 @@ mlflow: {{enabled: false}}
     cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
                            stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
-    while _count(db, "bf16") < 3:
+    while count_records(db, "bf16") < 3:
         assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)
     # kill the engine (not qeval) while the first suite is under way

@@ -2,7 +2,6 @@
 
 import math
 
-import numpy as np
 import pytest
 
 from qeval.probe.analysis import Step, dist, max_load_within_slo, saturation_point
