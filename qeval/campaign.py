@@ -23,7 +23,7 @@ from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
 from .progress import PlainReporter, Reporter
-from .errors import EngineError, MissingEnvError, QuantizeError
+from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for
@@ -78,6 +78,10 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
             raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base))
     else:
         base = cfg.model.path
+    for v in cfg.all_variants():
+        if v.api_key_env and not os.environ.get(v.api_key_env):
+            raise ConfigError(f"variant {v.name}: environment variable {v.api_key_env} (its API key) is not set",
+                              file=config_file, where=f"variant {v.name}: api_key_env")
     custom = [load_suite(s.path) for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
@@ -229,6 +233,7 @@ class Campaign:
             result.eval_seconds = round(time.monotonic() - t_eval, 1)
             mem = engine.memory()
             result.engine_rss_bytes = mem.rss_bytes
+            result.kv_cache_bytes, result.kv_cache_tokens = mem.kv_cache_bytes, mem.kv_cache_tokens
             if self.cfg.probe.enabled and not self._probe_path(vkey).exists():
                 self.probe_variant(v, endpoint, vkey)
 

@@ -71,6 +71,7 @@ class VariantSpec(Strict):
     checkpoint: Path | None = None  # an existing (quantized) checkpoint to serve as is
     endpoint: str | None = None  # an already running OpenAI-compatible server
     served_model: str | None = None  # the model name that endpoint expects
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")  # the NAME of a variable holding its key
     recipe: RecipeSpec = RecipeSpec()
     engine: dict[str, Any] = {}  # per-variant overrides of the campaign's engine settings
 

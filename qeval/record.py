@@ -43,6 +43,8 @@ class VariantResult(_Model):
     startup_seconds: float | None = None
     restarts: int = 0  # engine restarts after a fault mid-suite
     engine_rss_bytes: int | None = None
+    kv_cache_bytes: int | None = None  # as the engine reports it
+    kv_cache_tokens: int | None = None
     eval_seconds: float | None = None
     status: Status = "ok"
     error: str | None = None
@@ -58,6 +60,8 @@ class VariantResult(_Model):
             out["weights_bytes"] = float(self.weights_bytes)
         if self.engine_rss_bytes:
             out["engine_rss_bytes"] = float(self.engine_rss_bytes)
+        if self.kv_cache_tokens:
+            out["kv_cache_tokens"] = float(self.kv_cache_tokens)
         steps = [s for s in (self.probe or {}).get("steps", []) if s["kind"] == "concurrency"]
         if steps:
             out["max_output_throughput"] = max(s["output_throughput"] for s in steps)

@@ -23,6 +23,12 @@ class Endpoint:
     engine: str
     engine_version: str = ""
     info: dict[str, str] = field(default_factory=dict)
+    # read from the environment at start; never printed (repr=False), logged or recorded
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class EngineMemory:
     rss_bytes: int | None = None  # the engine's process tree, on the CPU
     gpu_bytes: int | None = None  # through NVML, on a GPU
     kv_cache_bytes: int | None = None  # as the engine reports it
+    kv_cache_tokens: int | None = None
 
 
 @runtime_checkable

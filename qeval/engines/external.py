@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 
-from ..errors import EngineError
+from ..errors import ConfigError, EngineError
 from .base import ENGINES, Endpoint, EngineMemory
 
 if TYPE_CHECKING:
@@ -25,10 +26,17 @@ class ExternalEngine:
             self.base_url += "/v1"
         self.model = variant.served_model
         self.tokenizer = checkpoint
+        self.api_key = None
+        if variant.api_key_env:
+            self.api_key = os.environ.get(variant.api_key_env)
+            if not self.api_key:
+                raise ConfigError(f"variant {variant.name!r}: environment variable {variant.api_key_env} "
+                                  "(its API key) is not set")
+        self._headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def start(self) -> Endpoint:
         try:
-            r = httpx.get(self.base_url + "/models", timeout=10)
+            r = httpx.get(self.base_url + "/models", timeout=10, headers=self._headers)
             r.raise_for_status()
             served = [m["id"] for m in r.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError) as e:
@@ -37,15 +45,16 @@ class ExternalEngine:
         if model is None or (self.model and self.model not in served):
             raise EngineError(f"endpoint {self.base_url} serves {served}, not {self.model!r}", variant=self.name)
         try:
-            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=5).json().get("version", "")
+            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=5,
+                                headers=self._headers).json().get("version", "")
         except (httpx.HTTPError, ValueError):
             version = ""
         return Endpoint(base_url=self.base_url, model=model, tokenizer=self.tokenizer, engine="external",
-                        engine_version=version)
+                        engine_version=version, api_key=self.api_key)
 
     def health(self) -> bool:
         try:
-            return httpx.get(self.base_url + "/models", timeout=5).status_code == 200
+            return httpx.get(self.base_url + "/models", timeout=5, headers=self._headers).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,18 @@ from .process import ServerProcess, free_port
 if TYPE_CHECKING:
     from ..config import EngineSpec, VariantSpec
     from ..settings import Settings
+
+
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+# CPU: "Explicitly set (2.0/20.96) GiB for KV cache"; GPU: "Available KV cache memory: 103.1 GiB"
+_KV_GIB = re.compile(r"\(([\d.]+)/[\d.]+\) GiB for KV cache|Available KV cache memory: ([\d.]+) GiB")
+
+
+def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
+    """The KV-cache size vLLM reports at start-up (tokens, GiB), from its log; the last start wins."""
+    tokens = [int(m.group(1).replace(",", "")) for m in _KV_TOKENS.finditer(log)]
+    gib = [float(m.group(1) or m.group(2)) for m in _KV_GIB.finditer(log)]
+    return (tokens[-1] if tokens else None), (gib[-1] if gib else None)
 
 
 @ENGINES.register("vllm")
@@ -101,7 +114,9 @@ class VllmEngine:
             return False
 
     def memory(self) -> EngineMemory:
-        return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None)
+        tokens, gib = parse_kv_cache(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
+        return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None,
+                            kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens)
 
     def stop(self) -> None:
         if self.server is not None:

@@ -81,14 +81,14 @@ class StepRun:
 
 
 async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: int, concurrency: int,
-                          max_seconds: float, timeout_s: float = 600) -> StepRun:
+                          max_seconds: float, timeout_s: float = 600, headers: dict | None = None) -> StepRun:
     """Keep `concurrency` requests in flight until the prompts run out or time is up."""
     queue: asyncio.Queue = asyncio.Queue()
     for p in prompts:
         queue.put_nowait(p)
     results: list[RequestResult] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits, headers=headers) as client:
         cpu0, t0 = time.process_time(), time.perf_counter()
         deadline = t0 + max_seconds
 
@@ -103,10 +103,11 @@ async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: 
 
 
 async def run_rate(base_url: str, model: str, prompts: list, max_tokens: int, rate: float, seed: int,
-                   max_seconds: float, timeout_s: float = 600) -> StepRun:
+                   max_seconds: float, timeout_s: float = 600, headers: dict | None = None) -> StepRun:
     """Poisson arrivals at `rate` requests per second (exponential gaps, seeded)."""
     rng = random.Random(seed)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=None)) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=None),
+                                 headers=headers) as client:
         cpu0, t0 = time.process_time(), time.perf_counter()
         tasks = []
         for p in prompts:

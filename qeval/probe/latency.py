@@ -102,7 +102,7 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) 
     if spec.warmup_requests:
         asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.warmup_requests,
                                                                                  seed + 999), spec.output_tokens,
-                                    min(spec.warmup_requests, 4), spec.max_seconds_per_step))
+                                    min(spec.warmup_requests, 4), spec.max_seconds_per_step, headers=endpoint.headers))
 
     def record(kind: str, load: float, run: StepRun) -> None:
         s = summarize(kind, load, run)
@@ -119,14 +119,14 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) 
         n = max(spec.requests_per_step, c * spec.min_rounds_per_step)
         record("concurrency", c, asyncio.run(run_concurrency(
             endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + k), spec.output_tokens, c,
-            spec.max_seconds_per_step)))
+            spec.max_seconds_per_step, headers=endpoint.headers)))
         sat = knee()
         if spec.stop_after_saturation and sat is not None and c >= 2 * sat:
             break  # one step past the knee shows it; more only adds queueing time
     for k, rate in enumerate(spec.rates):
         record("rate", rate, asyncio.run(run_rate(
             endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.requests_per_step, seed + 100 + k),
-            spec.output_tokens, rate, seed + k, spec.max_seconds_per_step)))
+            spec.output_tokens, rate, seed + k, spec.max_seconds_per_step, headers=endpoint.headers)))
     conc = [x for x in steps if x.kind == "concurrency"]
     slo_load = max_load_within_slo([x.load for x in conc], [x.flat() for x in conc], spec.slo) if spec.slo else None
     sat = knee()

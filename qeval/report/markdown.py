@@ -72,11 +72,11 @@ Latency probe on each variant's own server, after its suites: streaming completi
 token prompts, fixed output length (ignore_eos); TTFT to the first token, TPOT excluding it (as
 vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per wall second.
 
-| variant | weights | engine RSS | max output tok/s | saturation (concurrency) | within SLO | TTFT p50 @1 | TPOT p50 @1 |
-| --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | weights | engine RSS | KV cache | max output tok/s | saturation (concurrency) | within SLO | TTFT p50 @1 | TPOT p50 @1 |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% set pf = v.perf() -%}
-| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
+| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
 {% endfor %}
 
 | variant | load | requests (errors) | output tok/s | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |

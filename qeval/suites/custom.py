@@ -152,7 +152,8 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
     gen = suite.descriptor.generation
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits,
+                                 headers=endpoint.headers) as client:
 
         async def one(item: Item) -> None:
             path, payload = _request(item, gen, endpoint.model)

@@ -154,6 +154,9 @@ def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint,
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
+    env.pop("OPENAI_API_KEY", None)
+    if endpoint.api_key:  # local-completions reads its key from here; it never reaches argv or a log
+        env["OPENAI_API_KEY"] = endpoint.api_key
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode

@@ -87,7 +87,7 @@ def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink:
 
     async def main() -> None:
         sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s) as client:
+        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers) as client:
             async def one(i: int, text: str) -> None:
                 async with sem:
                     sink([await _score(client, endpoint, i, text, suite.top_k, retries)])

@@ -41,6 +41,7 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     for g in (g for g in record.gates if g.variant == name):
         m[metric_name("gate", g.suite, g.metric)] = 1.0 if g.verdict == "PASS" else 0.0
     for label, value in (("memory/weights_bytes", v.weights_bytes), ("memory/engine_rss_bytes", v.engine_rss_bytes),
+                         ("memory/kv_cache_bytes", v.kv_cache_bytes), ("memory/kv_cache_tokens", v.kv_cache_tokens),
                          ("time/startup_s", v.startup_seconds), ("time/eval_s", v.eval_seconds),
                          ("time/quantize_s", v.quantize_seconds)):
         if value is not None:

@@ -38,3 +38,14 @@ def test_max_load_within_slo():
     assert max_load_within_slo(loads, m, {"ttft_p95_ms": 500}) == 2  # stops at the first breach
     assert max_load_within_slo(loads, m, {"ttft_p95_ms": 50}) is None
     assert max_load_within_slo(loads, m, {"ttft_p95_ms": 1000}) == 8
+
+
+def test_kv_cache_size_from_the_vllm_log():
+    from qeval.engines.vllm import parse_kv_cache
+
+    cpu = ("INFO [cpu_worker.py:260] Explicitly set (2.0/20.96) GiB for KV cache on node 0.\n"
+           "INFO [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens")
+    assert parse_kv_cache(cpu) == (93184, 2.0)
+    gpu = "Available KV cache memory: 103.1 GiB\nGPU KV cache size: 843,776 tokens"
+    assert parse_kv_cache(gpu) == (843776, 103.1)
+    assert parse_kv_cache("nothing here") == (None, None)
