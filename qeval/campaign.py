@@ -22,11 +22,11 @@ import numpy as np
 from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
-from .progress import PlainReporter, Reporter
 from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for
+from .progress import PlainReporter, Reporter
 from .record import RunRecord, SuiteSummary, VariantResult, prior_run
 from .settings import Settings
 from .store import Record, ResultsStore
@@ -35,7 +35,6 @@ from .suites.lmeval import LmEvalTask, resolve_tasks, run_lmeval
 from .suites.logprobs import (LogprobsSuite, compare_chunks, load_logprobs_suite, perplexity,
                               run_logprobs)
 from .stats.distribution import summarize as summarize_positions
-
 
 
 @dataclass
@@ -128,14 +127,11 @@ class Campaign:
 
     # -- variants ---------------------------------------------------------------------------
     def checkpoint_for(self, v: VariantSpec, base: Path, result: VariantResult) -> Path | None:
-        if v.method == "external":
-            return v.checkpoint  # only a tokenizer, if given
-        if v.checkpoint is not None:
+        # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
+        if v.method == "external" or v.checkpoint is not None:
             return v.checkpoint
         if v.method in ("bf16", "fp16"):
             return base
-        if v.method == "checkpoint":
-            return v.checkpoint
         q = quantizer_for(v.method, python=self.settings.python(self.settings.llmc_env))
         key = q.cache_key(base, v)
         out = self.settings.variants / f"{base.name}-{v.method}-{key}"
