@@ -145,12 +145,12 @@ class Campaign:
         result.quantize_seconds = round(time.monotonic() - t0, 1)
         return ckpt
 
-    def variant_key(self, v: VariantSpec, ckpt: Path | None) -> str:
+    def variant_key(self, v: VariantSpec, checkpoint_hash: str | None) -> str:
         if v.method == "external":
             return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
         spec = _engine_spec(self.cfg, v)
         # settings that change outputs are part of the key; ports, timeouts and the like are not
-        return "ckpt:" + stable_hash({"checkpoint": tree_hash(ckpt), "dtype": self.cfg.model.dtype,
+        return "ckpt:" + stable_hash({"checkpoint": checkpoint_hash, "dtype": self.cfg.model.dtype,
                                       "engine": spec.kind, "env": self.settings.vllm_env.name,
                                       "max_model_len": spec.max_model_len})
 
@@ -296,7 +296,7 @@ class Campaign:
                     res.checkpoint = str(ckpt) if ckpt else None
                     res.checkpoint_hash = tree_hash(ckpt) if ckpt and v.method != "external" else None
                     res.weights_bytes = _weights_bytes(ckpt) if v.method != "external" else None
-                    vkey = self.variant_key(v, ckpt)
+                    vkey = self.variant_key(v, res.checkpoint_hash)
                     res.key = vkey
                     if self._todo(store, vkey, p):
                         self.evaluate_variant(v, ckpt, vkey, p, store, res)
@@ -317,15 +317,15 @@ class Campaign:
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
 
-    def distribution(self, record: RunRecord, store: ResultsStore, base_key: str, name: str, vkey: str,
-                     p: Plan) -> list:
+    def distribution(self, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]], name: str,
+                     vkey: str, p: Plan) -> list:
         """KL divergence and top-1 agreement per chunk against the baseline, as paired comparisons
         (the baseline's own KL is 0 and its agreement 1), plus a per-token summary in the record."""
         out = []
         res = next(r for r in record.variants if r.name == name)
         base_res = next(r for r in record.variants if r.name == self.cfg.baseline.name)
         for lp in p.logprobs:
-            base_recs, cand_recs = store.records(base_key, lp.key), store.records(vkey, lp.key)
+            base_recs, cand_recs = base_records[lp.key], store.records(vkey, lp.key)
             if not base_recs or not cand_recs:
                 continue
             cc = compare_chunks(base_recs, cand_recs)
@@ -349,18 +349,20 @@ class Campaign:
         base_key = keys.get(cfg.baseline.name)
         comparisons = []
         if base_key is not None:
+            # the baseline's records are read once, not once per variant
+            base_records = {skey: store.records(base_key, skey) for _, skey, _ in self._suite_keys(p)}
             for v in cfg.variants:
                 if v.name not in keys:
                     continue
                 for suite, skey, primary in self._suite_keys(p):
-                    paired = align(suite, store.records(base_key, skey), store.records(keys[v.name], skey))
+                    paired = align(suite, base_records[skey], store.records(keys[v.name], skey))
                     metrics = sorted(paired.base)
                     for m in metrics:
                         # logprobs suites are gated on KL (below), their nll is reported
                         is_primary = m == (primary or metrics[0]) and not suite.startswith("logprobs/")
                         rule = rule_for(cfg.gates, suite, m) or GateRule()
                         comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates))
-                comparisons += self.distribution(record, store, base_key, v.name, keys[v.name], p)
+                comparisons += self.distribution(record, store, base_records, v.name, keys[v.name], p)
         record.comparisons = adjust_all(comparisons, cfg.gates.correction)
         record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
         record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import ConfigError, EngineError
-from .base import ENGINES, Endpoint, EngineMemory
+from .base import ENGINES, Endpoint, EngineMemory, bearer_headers
 
 if TYPE_CHECKING:
     from ..config import EngineSpec, VariantSpec
@@ -32,7 +32,7 @@ class ExternalEngine:
             if not self.api_key:
                 raise ConfigError(f"variant {variant.name!r}: environment variable {variant.api_key_env} "
                                   "(its API key) is not set")
-        self._headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._headers = bearer_headers(self.api_key)
 
     def start(self) -> Endpoint:
         try:
