@@ -8,7 +8,7 @@ LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
 DATA := $(QEVAL_CACHE)/data/bigbench
 
-.PHONY: setup envs assets demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets browser demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -38,8 +38,12 @@ $(DATA)/.stamp:
 demo: setup
 	$(VENV)/bin/qeval run configs/demo.yaml || [ $$? -eq 1 ]
 
-test: setup
-	$(VENV)/bin/pytest -q tests
+# headless Chromium (Debian's package) for the browser test and `qeval report --pdf`; a no-op once installed
+browser:
+	@bash scripts/install-chromium.sh
+
+test: setup browser
+	$(VENV)/bin/pytest -q -rs tests
 
 test-fast: $(VENV)/.stamp
 	$(VENV)/bin/pytest -q -m "not slow" tests

@@ -5,6 +5,7 @@ Every per-item record goes to the store as it arrives; a rerun redoes only what 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -15,7 +16,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,6 +27,10 @@ from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
 from .quantize import quantizer_for
+from .quantize.base import DEFAULT_QUANTIZER
+from .probe.grid import GridRow, assemble, cell_probe, metric_segment
+from .probe.grid import settings as grid_settings
+from .probe.grid_run import load_rows, run_row, save_row, serve_row
 from .progress import PlainReporter, Reporter
 from .record import RunRecord, SuiteSummary, VariantResult, prior_run
 from .settings import Settings
@@ -74,16 +79,46 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     if cfg.model.builtin:
         base = settings.models / cfg.model.builtin
         if not (base / "config.json").is_file():
-            raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base))
+            hint = ("python scripts/make-random-llama.py " + str(base) + " --tokenizer " + str(settings.models / "smollm2-135m-instruct")
+                    if cfg.model.builtin == "llama-3-8b-random" else "make setup")
+            raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base), hint)
     else:
         base = cfg.model.path
     for v in cfg.all_variants():
         if v.api_key_env and not os.environ.get(v.api_key_env):
             raise ConfigError(f"variant {v.name}: environment variable {v.api_key_env} (its API key) is not set",
                               file=config_file, where=f"variant {v.name}: api_key_env")
+        if _engine_spec(cfg, v).kind == "tgi":
+            if v.method != "external":
+                raise ConfigError("qeval starts no TGI server; give a running one as method: external with its "
+                                  "endpoint (and engine: {kind: tgi})", file=config_file,
+                                  where=f"variant {v.name}: engine.kind")
+            if any(s.kind == "lm_eval" for s in cfg.suites):
+                raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
+                                  "logprobs; TGI serves neither (use custom and logprobs suites)", file=config_file,
+                                  where=f"variant {v.name}: engine.kind")
     custom = [load_suite(s.path) for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
+    for v in cfg.all_variants():
+        spec = _engine_spec(cfg, v)
+        if spec.kind != "trtllm":
+            continue
+        where = f"variant {v.name}: engine.kind"
+        # trtllm-serve's completions return logprobs of generated tokens only: these would be scored wrong
+        wrong = [t.name for _, ts in lmeval for t in ts if t.needs_prompt_logprobs] + [s.suite for s in logprobs]
+        if wrong:
+            raise ConfigError(f"TensorRT-LLM's server returns no prompt logprobs, so {wrong} cannot be scored "
+                              "against it; keep generate_until tasks and custom suites for this variant",
+                              file=config_file, where=where)
+        too_many = [c for c in cfg.probe.concurrency if spec.max_batch_size and c > spec.max_batch_size]
+        if cfg.probe.enabled and too_many:
+            raise ConfigError(f"probe concurrency {too_many} exceeds the engine's max_batch_size "
+                              f"{spec.max_batch_size}, fixed when the engine was built", file=config_file,
+                              where=f"variant {v.name}: probe.concurrency")
+        if spec.backend == "tensorrt" and v.quantizer != "trtllm" and v.method != "checkpoint":
+            raise ConfigError("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or "
+                              "method: checkpoint with an engine folder", file=config_file, where=where)
     return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs)
 
 
@@ -91,12 +126,18 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
 def _stopping(engine) -> Iterator[None]:
     try:
         yield
+    except EngineError as e:
+        e.engine_alive = engine.health()  # judged before the stop below: a restart only helps a dead engine
+        raise
     finally:
         engine.stop()
 
 
 def _engine_spec(cfg: CampaignConfig, v: VariantSpec) -> EngineSpec:
-    return cfg.engine.model_copy(update=v.engine) if v.engine else cfg.engine
+    update = dict(v.engine)
+    if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
+        update.setdefault("quantization", "fp8")
+    return EngineSpec.model_validate({**cfg.engine.model_dump(), **update}) if update else cfg.engine
 
 
 def _environment(settings: Settings) -> dict[str, str]:
@@ -110,7 +151,7 @@ def _environment(settings: Settings) -> dict[str, str]:
 
     return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
             "cpus": str(os.cpu_count()), "qeval": ver("qeval"), "mlflow": ver("mlflow"), "numpy": ver("numpy"),
-            "scipy": ver("scipy"), "vllm_env": settings.vllm_env.name, "llmcompressor_env": settings.llmc_env.name,
+            "scipy": ver("scipy"), "vllm_env": settings.vllm.name, "llmcompressor_env": settings.llmc.name,
             "lm_eval": "0.4.13", "hostname": platform.node()}
 
 
@@ -130,9 +171,12 @@ class Campaign:
         # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
         if v.method == "external" or v.checkpoint is not None:
             return v.checkpoint
-        if v.method in ("bf16", "fp16"):
+        if v.method in ("bf16", "fp16", "fp8-online"):
             return base
-        q = quantizer_for(v.method, python=self.settings.python(self.settings.llmc_env))
+        name = v.quantizer or DEFAULT_QUANTIZER[v.method]
+        runtime = {"llmcompressor": self.settings.llmc, "modelopt": self.settings.modelopt,
+                   "trtllm": self.settings.trtllm}[name]
+        q = quantizer_for(v.method, name, runtime=runtime, engine=_engine_spec(self.cfg, v))
         key = q.cache_key(base, v)
         out = self.settings.variants / f"{base.name}-{v.method}-{key}"
         result.recipe = q.spec(base, v)
@@ -150,15 +194,20 @@ class Campaign:
             return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
         spec = _engine_spec(self.cfg, v)
         # settings that change outputs are part of the key; ports, timeouts and the like are not
-        return "ckpt:" + stable_hash({"checkpoint": checkpoint_hash, "dtype": self.cfg.model.dtype,
-                                      "engine": spec.kind, "env": self.settings.vllm_env.name,
-                                      "max_model_len": spec.max_model_len})
+        key = {"checkpoint": checkpoint_hash, "dtype": self.cfg.model.dtype, "engine": spec.kind,
+               "env": self.settings.vllm.name, "max_model_len": spec.max_model_len}
+        # only where set, so that stores written before these knobs existed still resume
+        key |= {k: getattr(spec, k) for k in ("quantization", "max_num_seqs", "max_num_batched_tokens")
+                if getattr(spec, k)}
+        key |= {"device": spec.device} if spec.device != "cpu" else {}
+        return "ckpt:" + stable_hash(key)
 
     # -- evaluation -------------------------------------------------------------------------
-    def _todo(self, store: ResultsStore, vkey: str, p: Plan) -> bool:
+    def _todo(self, store: ResultsStore, vkey: str, p: Plan, grid: Sequence[GridRow] = ()) -> bool:
         keys = [s.key for s in p.custom] + [t.key for _, ts in p.lmeval for t in ts] + [s.key for s in p.logprobs]
         probe_missing = self.cfg.probe.enabled and not self._probe_path(vkey).exists()
-        return probe_missing or any(not store.is_complete(vkey, k) for k in keys)
+        grid_missing = any(r.on_server and not r.path.exists() for r in grid)  # they need the evaluation's server
+        return probe_missing or grid_missing or any(not store.is_complete(vkey, k) for k in keys)
 
     def evaluate_variant(self, v: VariantSpec, ckpt: Path | None, vkey: str, p: Plan, store: ResultsStore,
                          result: VariantResult) -> None:
@@ -166,14 +215,17 @@ class Campaign:
         mid-suite, it is restarted (at most engine.max_restarts times) and the suites resume from the
         last stored record; past the bound the EngineError stands and every record so far is kept."""
         spec = _engine_spec(self.cfg, v)
-        kind = "external" if v.method == "external" else spec.kind
+        # an endpoint someone else runs is `external`, or `tgi` where the engine settings say TGI serves it
+        kind = ("tgi" if spec.kind == "tgi" else "external") if v.method == "external" else spec.kind
         engine = build_engine(kind, v, ckpt, spec, self.settings, self.logs)
         for attempt in range(spec.max_restarts + 1):
             try:
                 self._serve_and_evaluate(v, engine, kind, vkey, p, store, result)
                 return
             except EngineError as e:
-                if attempt == spec.max_restarts or kind == "external":
+                if attempt == spec.max_restarts or v.method == "external":  # not ours to restart
+                    raise
+                if getattr(e, "engine_alive", False):  # it still answered: the fault is elsewhere (an lm-eval crash)
                     raise
                 self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
                          f"{spec.max_restarts}, resuming from the store")
@@ -224,14 +276,18 @@ class Campaign:
                     store.mark_complete(vkey, t.key, len(recs))
 
                 with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
-                    run_lmeval(ref, todo, endpoint, self.settings.python(self.settings.vllm_env), self.settings.data,
+                    run_lmeval(ref, todo, endpoint, self.settings.vllm, self.settings.data,
                                self.run_dir / "work" / v.name, task_sink, self.logs / f"lmeval-{v.name}.log")
             result.eval_seconds = round(time.monotonic() - t_eval, 1)
             mem = engine.memory()
-            result.engine_rss_bytes = mem.rss_bytes
+            result.engine_rss_bytes, result.engine_gpu_bytes = mem.rss_bytes, mem.gpu_bytes
+            result.model_memory_bytes = mem.model_bytes
             result.kv_cache_bytes, result.kv_cache_tokens = mem.kv_cache_bytes, mem.kv_cache_tokens
             if self.cfg.probe.enabled and not self._probe_path(vkey).exists():
                 self.probe_variant(v, endpoint, vkey)
+            for row in self.grid_rows(v, result.checkpoint_hash):
+                if row.on_server and not row.path.exists():
+                    self.grid_row(v, row, engine, endpoint)
 
     def _probe_path(self, vkey: str) -> Path:
         return self.run_dir / "probe" / f"{stable_hash([vkey, self.cfg.probe.model_dump(mode='json')])}.json"
@@ -253,6 +309,54 @@ class Campaign:
         tmp.write_text(json.dumps(res.to_json()))
         tmp.replace(path)
 
+    # -- batch size x concurrency -------------------------------------------------------------
+    def grid_rows(self, v: VariantSpec, checkpoint_hash: str | None) -> list[GridRow]:
+        """The variant's grid rows. A row is stored under the key of the variant served with its setting
+        (and the cells' probe settings), so a resumed run, or another campaign, skips what is done."""
+        g = self.cfg.grid
+        if g is None or v.method == "external" or (g.variants is not None and v.name not in g.variants):
+            return []
+        spec = _engine_spec(self.cfg, v)
+        cells = cell_probe(g, self.cfg.probe).model_dump(mode="json", exclude={"slo"})  # SLOs change no cell
+        rows = []
+        for setting in grid_settings(g.engine):
+            key = self.variant_key(v.model_copy(update={"engine": {**v.engine, **setting}}), checkpoint_hash)
+            row_spec = spec.model_copy(update=setting)
+            rows.append(GridRow(setting=setting, spec=row_spec, on_server=row_spec == spec,
+                                path=self.run_dir / "grid" / f"{stable_hash([key, cells])}.json"))
+        return rows
+
+    def grid_row(self, v: VariantSpec, row: GridRow, engine, endpoint=None) -> None:
+        """One row's cells: on `endpoint` (the evaluation's server), else on a server of its own."""
+        probe = cell_probe(self.cfg.grid, self.cfg.probe)
+        where = "" if endpoint else f"; its own server (log {engine.log_path})"
+        with self.reporter.step(f"[{v.name}] grid {row.label} x concurrency {probe.concurrency}{where}",
+                                total=len(probe.concurrency)) as advance:
+            if endpoint is not None:
+                data = run_row(row, probe, endpoint, engine, self.cfg.seed, on_cell=lambda c: advance(1))
+            else:
+                data = serve_row(row, probe, engine, self.cfg.seed, on_cell=lambda c: advance(1))
+        save_row(row.path, data)
+
+    def grid_variant(self, v: VariantSpec, ckpt: Path | None, result: VariantResult) -> None:
+        """The rows the evaluation's server did not have, one engine start each (after that server has
+        stopped); then the whole grid into the record. A row whose engine fails is reported, not fatal."""
+        rows = self.grid_rows(v, result.checkpoint_hash)
+        if not rows:
+            return
+        errors: dict[str, str] = {}
+        for row in rows:
+            if row.path.exists() or row.on_server:
+                continue
+            engine = build_engine(row.spec.kind, v, ckpt, row.spec, self.settings,
+                                  self.logs / "grid" / metric_segment(row.label))
+            try:
+                self.grid_row(v, row, engine)
+            except EngineError as e:
+                errors[row.label] = str(e).splitlines()[0]
+                self.log(f"[{v.name}] grid row {row.label} has no cells: {errors[row.label]}")
+        result.grid = assemble(self.cfg.grid, self.cfg.probe.slo, load_rows(rows), errors)
+
     def summarize(self, store: ResultsStore, vkey: str, p: Plan) -> list[SuiteSummary]:
         out = []
         for name, key, primary in self._suite_keys(p):
@@ -271,8 +375,11 @@ class Campaign:
                 + [(s.suite, s.key, "nll") for s in p.logprobs])
 
     # -- the whole run ----------------------------------------------------------------------
-    def run(self) -> CampaignResult:
+    def run(self, max_seconds: float | None = None) -> CampaignResult:
+        """Every variant, then the comparison. With `max_seconds`, no variant starts once that much time
+        has passed: the ones left are reported as not evaluated (never PASS) and a rerun resumes them."""
         cfg = self.cfg
+        t_start = time.monotonic()
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
@@ -291,6 +398,12 @@ class Campaign:
             for v in cfg.all_variants():
                 role = "baseline" if v is cfg.baseline else "variant"
                 res = VariantResult(name=v.name, method=v.method, role=role)
+                if role == "variant" and max_seconds is not None and time.monotonic() - t_start > max_seconds:
+                    res.status, res.error = "skipped", (f"not started: the run's time budget ({max_seconds:.0f} s) "
+                                                        "was spent; run the same command again to resume")
+                    self.log(f"[{v.name}] NOT EVALUATED: {res.error}")
+                    record.variants.append(res)
+                    continue
                 try:
                     ckpt = self.checkpoint_for(v, p.base_checkpoint, res)
                     res.checkpoint = str(ckpt) if ckpt else None
@@ -298,7 +411,7 @@ class Campaign:
                     res.weights_bytes = _weights_bytes(ckpt) if v.method != "external" else None
                     vkey = self.variant_key(v, res.checkpoint_hash)
                     res.key = vkey
-                    if self._todo(store, vkey, p):
+                    if self._todo(store, vkey, p, self.grid_rows(v, res.checkpoint_hash)):
                         self.evaluate_variant(v, ckpt, vkey, p, store, res)
                     else:
                         self.log(f"[{v.name}] every suite already in the store: nothing to run")
@@ -307,13 +420,43 @@ class Campaign:
                     if self.cfg.probe.enabled and self._probe_path(vkey).exists():
                         res.probe = json.loads(self._probe_path(vkey).read_text())
                         res.probe_requests = str(self._probe_path(vkey).with_suffix(".parquet"))
+                    self.grid_variant(v, ckpt, res)
                 except (EngineError, QuantizeError, MissingEnvError) as e:
                     res.status, res.error = "error", str(e)
                     self.log(f"[{v.name}] NOT EVALUATED: {e}")
                 record.variants.append(res)
                 record.save(record_path)
             self.compare_and_gate(record, store, keys, p)
-        record.finished_at = _now()
+        if not any(v.status == "skipped" for v in record.variants):  # else unfinished: a rerun resumes it
+            record.finished_at = _now()
+        record.save(record_path)
+        return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
+
+    def finish(self) -> CampaignResult:
+        """Compare, gate and report what an interrupted run stored, serving nothing: the variants its
+        record lists as done are compared; the others are NOT_EVALUATED (never PASS). The run stays
+        unfinished, so the same `qeval run` still resumes it."""
+        p = plan(self.cfg, self.settings, self.config_file)
+        record_path = self.run_dir / "run.json"
+        if not record_path.exists():
+            raise ConfigError("no run to finish here (run.json is missing)", file=str(record_path))
+        record = RunRecord.load(record_path)
+        if record.config_hash != self.cfg.config_hash():
+            raise ConfigError("this run was made from a different campaign file (config hash differs)",
+                              file=self.config_file, where=str(record_path))
+        done = {v.name for v in record.variants}
+        for v in self.cfg.all_variants():
+            if v.name not in done:
+                record.variants.append(VariantResult(
+                    name=v.name, method=v.method, role="baseline" if v is self.cfg.baseline else "variant",
+                    status="skipped", error="not reached before the run stopped; run it again to resume"))
+        keys = {v.name: v.key for v in record.variants if v.status == "ok" and v.key}
+        # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, so read
+        # the logprobs suites under the keys the run itself recorded (the texts are not needed to compare)
+        ran = {s.suite: s.key for v in record.variants for s in v.suites}
+        p.logprobs[:] = [dataclasses.replace(s, key=ran.get(s.suite, s.key)) for s in p.logprobs]
+        with ResultsStore(self.run_dir / "results.sqlite") as store:
+            self.compare_and_gate(record, store, keys, p)
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
 
@@ -333,13 +476,18 @@ class Campaign:
             res.distribution[lp.suite] = {**summ.__dict__, "perplexity": perplexity(cand_recs),
                                           "mismatched_chunks": len(cc.mismatched), "chunks": len(cc.ids),
                                           "method": f"top-{lp.top_k} + tail bucket (approximation, a near lower bound)"}
+            if not cc.alternatives:  # a TGI side: no alternatives per prompt token, so no top-1 figures
+                res.distribution[lp.suite].update(
+                    top1_agreement=None, delta_p_mean=None, delta_p_p01=None, delta_p_p05=None,
+                    method="actual token + tail bucket (TGI lists no alternatives for prompt tokens: a looser "
+                           "lower bound; no top-1 agreement)")
             base_res.distribution[lp.suite] = {"perplexity": perplexity(base_recs), "chunks": len(base_recs)}
             if not cc.ids:
                 continue
             n = len(cc.ids)
             paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
                             cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
-            for m in ("kl", "top1"):
+            for m in ("kl", "top1") if cc.alternatives else ("kl",):
                 rule = rule_for(self.cfg.gates, lp.suite, m) or GateRule()
                 out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, self.cfg.gates))
         return out
@@ -390,18 +538,19 @@ def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | No
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
         use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
+        register_as = cfg.mlflow.registered_name(cfg.name)
         try:
             if use_server:
                 from .tracking.server import MlflowServer
 
                 with MlflowServer(cfg.output_dir) as url:
                     log(f"MLflow server up at {url} (store {cfg.output_dir / 'mlflow.db'})")
-                    record.tracking = log_record(record, result.run_dir, url, cfg.mlflow.experiment)
+                    record.tracking = log_record(record, result.run_dir, url, cfg.mlflow.experiment, register_as)
                 # the server is gone; the same store stays readable directly
                 record.tracking["server_url"] = record.tracking["tracking_uri"]
                 record.tracking["tracking_uri"] = uri
             else:
-                record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment)
+                record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment, register_as)
         except Exception as e:  # any tracker fault: the record is safe on disk; `qeval sync` retries
             record.tracking = {"tracking_uri": uri, "error": f"{type(e).__name__}: {e}"[:500]}
             log(f"MLflow logging failed ({type(e).__name__}: {e}); the run record is kept in "
@@ -413,5 +562,13 @@ def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | No
 def run(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
         **kwargs) -> CampaignResult:
     """The library entry point: what the CLI, the notebook and the tests call."""
-    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run()
+    max_seconds = kwargs.pop("max_seconds", None)
+    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run(max_seconds)
+    return publish(result, cfg, reporter)
+
+
+def finish(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
+           **kwargs) -> CampaignResult:
+    """Verdict and report from what an interrupted run stored (see Campaign.finish)."""
+    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).finish()
     return publish(result, cfg, reporter)

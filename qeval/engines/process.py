@@ -55,15 +55,24 @@ class ServerProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def rss_bytes(self) -> int | None:
+    def pids(self) -> set[int]:
+        """The server and every process it started (vLLM's engine core runs in a child)."""
         if not self.alive():
-            return None
+            return set()
         try:
             root = psutil.Process(self.proc.pid)
-            procs = [root, *root.children(recursive=True)]
-            return sum(p.memory_info().rss for p in procs if p.is_running())
+            return {root.pid, *(c.pid for c in root.children(recursive=True))}
         except psutil.Error:
-            return None
+            return set()
+
+    def rss_bytes(self) -> int | None:
+        total = 0
+        for pid in self.pids():
+            try:
+                total += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue
+        return total or None
 
     def terminate(self, grace_s: float = 30) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after the grace period."""

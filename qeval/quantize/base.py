@@ -23,8 +23,8 @@ class Quantizer(Protocol):
 QUANTIZERS = Registry("quantizer", entry_point_group="qeval.quantizers")
 
 # which quantizer makes which method by default
-DEFAULT_QUANTIZER = {"gptq": "llmcompressor", "awq": "llmcompressor", "int8": "llmcompressor", "fp8": "llmcompressor"}
+DEFAULT_QUANTIZER = {m: "llmcompressor" for m in ("gptq", "awq", "rtn", "int8", "fp8")}
 
 
-def quantizer_for(method: str, **kwargs) -> Quantizer:
-    return QUANTIZERS.get(DEFAULT_QUANTIZER[method])(**kwargs)
+def quantizer_for(method: str, name: str | None = None, **kwargs) -> Quantizer:
+    return QUANTIZERS.get(name or DEFAULT_QUANTIZER[method])(**kwargs)

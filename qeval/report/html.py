@@ -39,6 +39,11 @@ def render(r: RunRecord) -> str:
         png = fn(r)
         if png:
             figures.append((title, base64.b64encode(png).decode()))
+    for v in r.variants:
+        png = plots.grid_heatmap(v)
+        if png:
+            figures.append((f"Batch size x concurrency ({v.name}): output tokens/s, best cell under the SLOs boxed",
+                            base64.b64encode(png).decode()))
     body = md.markdown(report_md.render(r), extensions=["tables"])
     return jinja2.Template(PAGE).render(r=r, figures=figures, body=body)
 

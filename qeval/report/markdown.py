@@ -12,7 +12,9 @@ TEMPLATE = """\
 # qeval report: {{ r.campaign }}
 
 **Overall verdict: {{ r.verdict }}**
-
+{% if r.config.get("description") %}
+{{ r.config.description }}
+{% endif %}
 | variant | method | verdict | weights | engine RSS | start-up |
 | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
@@ -72,11 +74,11 @@ Latency probe on each variant's own server, after its suites: streaming completi
 token prompts, fixed output length (ignore_eos); TTFT to the first token, TPOT excluding it (as
 vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per wall second.
 
-| variant | weights | engine RSS | KV cache | max output tok/s | saturation (concurrency) | within SLO | TTFT p50 @1 | TPOT p50 @1 |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | weights on disk | weights loaded | engine RSS | engine GPU | KV cache | max output tok/s | saturation (concurrency) | within SLO | TTFT p50 @1 | TPOT p50 @1 |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% set pf = v.perf() -%}
-| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
+| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
 {% endfor %}
 
 | variant | load | requests (errors) | output tok/s | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
@@ -85,6 +87,57 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 {% for st in v.probe.steps -%}
 | {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
+{% endfor %}
+{% if served_view %}
+### The server's view at each load
+
+From each engine's own Prometheus `/metrics`: means over the step's requests (the difference
+between readings just before and just after the step) and gauges read about every 0.5 s during it.
+Server queue: from the engine receiving a request to scheduling it; server TTFT counts from the
+engine receiving it, so client TTFT minus server TTFT is HTTP, tokenization and the client's own
+delay. KV cache: the share of the cache in use (1 = full). "-": not served by that engine (TGI has
+no per-request TTFT, prefill or decode time, nor a KV-cache gauge).
+{% for v in r.variants if v.probe and served(v) %}
+
+**{{ v.name }}**{% if v.engine %} ({{ v.engine }}){% endif %}
+
+| load | client TTFT mean / p50 / p95 (ms) | server queue mean (ms) | server TTFT mean (ms) | server prefill / decode mean (ms) | running mean / max | waiting mean / max | KV cache mean / max | requests (server / client) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{% for st in v.probe.steps -%}
+| {{ st.kind }} {{ st.load }} | {{ "%.0f" % st.ttft_ms.mean }} / {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} | {{ sv(st, "queue_mean_ms", ".0f") }} | {{ sv(st, "ttft_mean_ms", ".0f") }} | {{ sv(st, "prefill_mean_ms", ".0f") }} / {{ sv(st, "decode_mean_ms", ".0f") }} | {{ sv(st, "running_mean", ".1f") }} / {{ sv(st, "running_max", ".0f") }} | {{ sv(st, "waiting_mean", ".1f") }} / {{ sv(st, "waiting_max", ".0f") }} | {{ sv(st, "kv_cache_usage_mean", ".3f") }} / {{ sv(st, "kv_cache_usage_max", ".3f") }} | {{ sv(st, "requests", ".0f") }} / {{ st.requests }} |
+{% endfor -%}
+{% endfor %}
+{% endif %}
+{% for v in r.variants if v.probe and not served(v) and note(v) %}
+- {{ v.name }}: no server-side figures ({{ note(v) }})
+{% endfor %}
+{% endif %}
+{% if gridded %}
+## Batch size x concurrency
+
+Each row is a server started with that engine setting (one start per variant and setting; the
+setting a variant is configured with runs on its evaluation server, after the latency probe), each
+column a client concurrency: one latency-probe step there, with the probe's prompt and output
+lengths. Best: the most output tokens/s among the cells with no errors that meet the SLOs. The
+heat map of each grid is `grid-<variant>.png` beside this report (inline in report.html).
+{% for v in r.variants if v.grid %}
+
+**{{ v.name }}**: best under the SLOs ({{ g_slo(v.grid) }}): {{ g_best(v.grid) }}
+
+| output tok/s | {% for k in v.grid.concurrency %}c={{ k }} | {% endfor %}
+| --- | {% for k in v.grid.concurrency %}--- | {% endfor %}
+{% for row in v.grid.rows -%}
+| {{ row }}{{ " (evaluation server)" if v.grid.served.get(row, {}).get("on_server") else "" }} | {% for k in v.grid.concurrency %}{{ g_cell(v.grid, row, k) }} | {% endfor %}
+{% endfor %}
+
+| setting | concurrency | requests (errors) | output tok/s | TTFT p95 / p99 (ms) | TPOT p95 / p99 (ms) | server queue mean (ms) | server TTFT mean (ms) | running max | KV cache use max | engine RSS | KV cache | meets SLO |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{% for c in v.grid.cells -%}
+| {{ c.row }} | {{ c.concurrency }} | {{ c.requests }} ({{ c.errors }}) | {{ "%.1f" % c.output_throughput }} | {{ "%.0f" % c.ttft_ms.p95 }} / {{ "%.0f" % c.ttft_ms.p99 }} | {{ "%.1f" % c.tpot_ms.p95 }} / {{ "%.1f" % c.tpot_ms.p99 }} | {{ sv(c, "queue_mean_ms", ".0f") }} | {{ sv(c, "ttft_mean_ms", ".0f") }} | {{ sv(c, "running_max", ".0f") }} | {{ sv(c, "kv_cache_usage_max", ".3f") }} | {{ mib(c.memory.rss_bytes) }} | {{ mib(c.memory.kv_cache_bytes) }} | {{ g_mark(v.grid, c) }} |
+{% endfor -%}
+{% for row, err in v.grid.errors.items() %}
+- {{ row }}: no cells ({{ err }})
+{% endfor %}
 {% endfor %}
 {% endif %}
 ## Scores per suite
@@ -127,6 +180,34 @@ def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _grid_helpers() -> dict:
+    from ..probe.grid import meets_slo
+
+    def is_best(g: dict, row: str, k: int) -> bool:
+        return (row, k) == ((g.get("best") or {}).get("row"), (g.get("best") or {}).get("concurrency"))
+
+    def g_cell(g: dict, row: str, k: int) -> str:
+        c = next((c for c in g["cells"] if (c["row"], c["concurrency"]) == (row, k)), None)
+        if c is None:
+            return "-"
+        if is_best(g, row, k):
+            return f"**{c['output_throughput']:.1f} (best)**"
+        return f"{c['output_throughput']:.1f}" + ("" if meets_slo(c, g["slo"]) else " (misses SLO)")
+
+    def g_mark(g: dict, c: dict) -> str:
+        return "**best**" if is_best(g, c["row"], c["concurrency"]) else ("yes" if meets_slo(c, g["slo"]) else "no")
+
+    def g_best(g: dict) -> str:
+        b = g.get("best")
+        return "no cell meets them" if not b else (f"{b['row']} at concurrency {b['concurrency']}, "
+                                                    f"{b['output_throughput']:.1f} output tok/s")
+
+    def g_slo(g: dict) -> str:
+        return ", ".join(f"{k} <= {val:g}" for k, val in g["slo"].items()) or "none given: any error-free cell"
+
+    return {"g_cell": g_cell, "g_mark": g_mark, "g_best": g_best, "g_slo": g_slo}
+
+
 def _render(template: str, r: RunRecord) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     suites = sorted({s.suite for v in r.variants for s in v.suites})
@@ -135,7 +216,19 @@ def _render(template: str, r: RunRecord) -> str:
         s = next((x for x in v.suites if x.suite == suite), None)
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
+    def served(v) -> bool:  # the engine's /metrics gave figures for at least one probe step
+        return any(st.get("server") for st in (v.probe or {}).get("steps", []))
+
+    def note(v) -> str:
+        return next((st["server_note"] for st in v.probe.get("steps", []) if st.get("server_note")), "")
+
+    def sv(st: dict, key: str, spec: str) -> str:
+        x = (st.get("server") or {}).get(key)
+        return "-" if x is None or x != x else format(x, spec)
+
     return env.from_string(template).render(
+        gridded=any(v.grid for v in r.variants), **_grid_helpers(),
+        served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 

@@ -89,3 +89,49 @@ def latency(r: RunRecord) -> bytes | None:
         ax.set_title(title, fontsize=10)
     axes[0].legend(fontsize=8)
     return _png(fig)
+
+
+def grid_heatmap(v) -> bytes | None:
+    """A variant's batch size x concurrency grid: output tokens/s per (engine setting, concurrency), each
+    cell annotated with its value; the best cell under the SLOs boxed, cells missing an SLO or with
+    errors marked in words, missing cells hatched. A light grey ramp keeps black text readable."""
+    import math
+
+    import numpy as np
+
+    from ..probe.grid import matrix, meets_slo
+
+    g = v.grid
+    if not g or not g.get("cells"):
+        return None
+    z = np.array(matrix(g), dtype=float)
+    rows, cols = g["rows"], g["concurrency"]
+    fig, ax = plt.subplots(figsize=(1.5 * len(cols) + 3, 0.9 * len(rows) + 1.8))
+    cmap = plt.get_cmap("Greys").with_extremes(bad="white")
+    top = np.nanmax(z) if np.isfinite(z).any() else 1.0
+    im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, vmin=0, vmax=1.8 * top, aspect="auto")
+    cells = {(c["row"], c["concurrency"]): c for c in g["cells"]}
+    best = g.get("best") or {}
+    for i, r in enumerate(rows):
+        for j, k in enumerate(cols):
+            c = cells.get((r, k))
+            if c is None or math.isnan(z[i, j]):
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", color="grey", lw=0))
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=9)
+                continue
+            is_best = (r, k) == (best.get("row"), best.get("concurrency"))
+            note = "best" if is_best else (f"{c['errors']} errors" if c["errors"] else
+                                           ("" if meets_slo(c, g["slo"]) else "misses SLO"))
+            ax.text(j, i, f"{z[i, j]:.1f}" + (f"\n{note}" if note else ""), ha="center", va="center",
+                    fontsize=10, fontweight="bold" if is_best else "normal", color="black")
+            if is_best:
+                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, color="black", lw=3))
+    ax.set_xticks(range(len(cols)), [str(k) for k in cols])
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("client concurrency (requests in flight)")
+    ax.set_ylabel(" x ".join(g["settings"]) + " (one server each)")
+    slo = ", ".join(f"{k} <= {val:g}" for k, val in g["slo"].items()) or "no SLO given: error-free cells"
+    ax.set_title(f"{v.name}: output tokens/s; box = best under the SLOs ({slo})", fontsize=10)
+    bar = fig.colorbar(im, ax=ax, label="output tokens/s", shrink=0.8)
+    bar.ax.set_ylim(0, top)  # the ramp runs on past the top so that the darkest cell stays light
+    return _png(fig)

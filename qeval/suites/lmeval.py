@@ -21,6 +21,7 @@ from ..config import LmEvalSuiteRef
 from ..engines import Endpoint
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..hashing import file_hash, stable_hash
+from ..settings import Runtime
 from ..store import Record
 
 DATA_PLACEHOLDER = "{qeval_data}"
@@ -31,6 +32,12 @@ class LmEvalTask:
     name: str
     key: str  # hash of the task file, its data and every setting that changes results
     settings: dict
+    output_type: str | None = None  # from the task YAML; None for a task lm-eval knows by name
+
+    @property
+    def needs_prompt_logprobs(self) -> bool:
+        # scored from the logprobs of given continuations; an unknown task is assumed to be
+        return self.output_type != "generate_until"
 
 
 def _task_file(include: Path | None, task: str) -> Path | None:
@@ -73,9 +80,12 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
     for name in ref.tasks:
         f = _task_file(ref.include_path, name)
         content = {"task": name, "settings": settings}
+        output_type = None
         if f is not None:
             text = f.read_text()
             content["yaml"] = text
+            output_type = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                                if line.startswith("output_type:")), None)
             hashes = {}
             for data in _data_files(f, data_dir):  # the data behind the task is part of its identity
                 if not data.is_file():
@@ -86,7 +96,8 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
             raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
                               " but its data would need the hub, which this machine cannot reach)",
                               file=config_file, where="suites: lm_eval.tasks")
-        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings))
+        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings,
+                                output_type=output_type))
     return tasks
 
 
@@ -143,17 +154,16 @@ def parse_samples(path: Path) -> list[Record]:
     return records
 
 
-def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, python: Path, data_dir: Path,
+def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, runtime: Runtime, data_dir: Path,
                work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path) -> None:
     """Run the given tasks in one lm-eval process, then hand each task's records to `sink`."""
-    if not python.exists():
-        raise MissingEnvError("the lm-eval environment", str(python.parent.parent))
+    if not runtime.exists():
+        raise MissingEnvError("the lm-eval environment", runtime.location)
     include = materialize_tasks(ref, data_dir, work)
     out = work / "lmeval-out"
-    argv = lmeval_argv(python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
+    argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache")
+    env = runtime.env(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                      OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
     env.pop("OPENAI_API_KEY", None)
     if endpoint.api_key:  # local-completions reads its key from here; it never reaches argv or a log
         env["OPENAI_API_KEY"] = endpoint.api_key

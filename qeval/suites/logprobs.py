@@ -3,7 +3,9 @@
 Each chunk of text is sent once with `echo` and `logprobs=k` (vLLM returns the prompt's tokens, the
 log-probability of each, and the top-k alternatives at each position). Per chunk a record keeps the
 tokens, their log-probabilities and the top-k; comparisons against the baseline (KL divergence,
-top-1 agreement, delta-p) are computed from the records, after every variant has run.
+top-1 agreement, delta-p) are computed from the records, after every variant has run. A TGI endpoint
+is asked through its native /generate instead (engines/tgi.py): it lists no alternatives for prompt
+tokens, so its records carry the actual token at each position and say so (`alternatives: False`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import httpx
 import numpy as np
 
 from ..config import LogprobsSuiteRef
-from ..engines import Endpoint
+from ..engines import Endpoint, tgi
 from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
 from ..quantize.calibration import calibration_texts
@@ -58,27 +60,44 @@ def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> Logprob
     return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}")
 
 
-async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int) -> Record:
+async def _prompt_logprobs(client: httpx.AsyncClient, endpoint: Endpoint, text: str, k: int) -> dict:
+    """{"tokens", "token_logprobs", "top_logprobs"} of the text as the prompt, from the endpoint's engine."""
+    if endpoint.engine == "tgi":
+        url, payload = tgi.prompt_logprobs_request(endpoint.base_url, text)
+        r = await client.post(url, json=payload)
+        r.raise_for_status()
+        return tgi.parse_prompt_logprobs(r.json()).__dict__
     payload = {"model": endpoint.model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": k,
                "temperature": 0.0}
+    r = await client.post("/completions", json=payload)
+    r.raise_for_status()
+    return r.json()["choices"][0]["logprobs"]
+
+
+async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int) -> Record:
     last: Exception | None = None
     for _ in range(retries + 1):
         try:
-            r = await client.post("/completions", json=payload)
-            r.raise_for_status()
-            lp = r.json()["choices"][0]["logprobs"]
+            lp = await _prompt_logprobs(client, endpoint, text, k)
             break
         except (httpx.HTTPError, KeyError, ValueError) as e:
             last = e
             await asyncio.sleep(1)
     else:
         raise EngineError(f"logprobs: chunk {i} failed after {retries + 1} tries: {last}")
+    return chunk_record(i, text, k, lp, alternatives=endpoint.engine != "tgi")
+
+
+def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True) -> Record:
+    """One chunk's record from its prompt logprobs (vLLM's echo shape: tokens, token_logprobs, top_logprobs)."""
     tokens, token_lp, top = lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]
     scored = [x for x in token_lp[1:] if x is not None]
     nll = float(-np.mean(scored)) if scored else float("nan")
+    extra = {"tokens": tokens, "lp": token_lp, "top": [t or {} for t in top], "n": len(scored)}
+    if not alternatives:  # only the actual token at each position (TGI): no top-1 agreement from these
+        extra["alternatives"] = False
     return Record(item_id=f"{i:04d}", scores={"nll": nll}, prompt_hash=stable_hash([text, k]),
-                  doc_hash=stable_hash(text), response=None,
-                  extra={"tokens": tokens, "lp": token_lp, "top": [t or {} for t in top], "n": len(scored)})
+                  doc_hash=stable_hash(text), response=None, extra=extra)
 
 
 def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
@@ -106,24 +125,35 @@ class ChunkComparison:
     top1: np.ndarray  # per chunk: share of positions where the top tokens agree
     positions: list[PositionStats]
     mismatched: list[str]  # chunks whose token sequences differ between the two (excluded)
+    # False when a side served no alternatives (TGI): KL is then over {actual token, the rest}, a looser
+    # lower bound, and top-1 agreement and delta-p are not measured (`top1` means nothing)
+    alternatives: bool = True
+
+
+def _actual_only(r: Record) -> list[dict[str, float]]:
+    return [{} if x is None else {t: x} for t, x in zip(r.extra["tokens"], r.extra["lp"])]
 
 
 def compare_chunks(base: list[Record], cand: list[Record]) -> ChunkComparison:
     b = {r.item_id: r for r in base}
     c = {r.item_id: r for r in cand}
+    alternatives = all(r.extra.get("alternatives", True) for r in (*base, *cand))
+    # both sides on the same footing: top-k against actual-token-only would be no bound at all
+    tops = (lambda r: r.extra["top"]) if alternatives else _actual_only
     ids, kl, top1, pos, bad = [], [], [], [], []
     for i in sorted(b.keys() & c.keys()):
         if b[i].extra["tokens"] != c[i].extra["tokens"]:
             bad.append(i)  # different tokenizers: per-token comparison is meaningless
             continue
-        ps = compare_positions(b[i].extra["top"], c[i].extra["top"])
+        ps = compare_positions(tops(b[i]), tops(c[i]))
         if len(ps.kl) == 0:
             continue
         ids.append(i)
         kl.append(float(ps.kl.mean()))
         top1.append(float(ps.top1_agree.mean()))
         pos.append(ps)
-    return ChunkComparison(ids=ids, kl=np.array(kl), top1=np.array(top1), positions=pos, mismatched=bad)
+    return ChunkComparison(ids=ids, kl=np.array(kl), top1=np.array(top1), positions=pos, mismatched=bad,
+                           alternatives=alternatives)
 
 
 def perplexity(records: list[Record]) -> float:

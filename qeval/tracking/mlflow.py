@@ -41,6 +41,8 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     for g in (g for g in record.gates if g.variant == name):
         m[metric_name("gate", g.suite, g.metric)] = 1.0 if g.verdict == "PASS" else 0.0
     for label, value in (("memory/weights_bytes", v.weights_bytes), ("memory/engine_rss_bytes", v.engine_rss_bytes),
+                         ("memory/engine_gpu_bytes", v.engine_gpu_bytes),
+                         ("memory/model_bytes", v.model_memory_bytes),
                          ("memory/kv_cache_bytes", v.kv_cache_bytes), ("memory/kv_cache_tokens", v.kv_cache_tokens),
                          ("time/startup_s", v.startup_seconds), ("time/eval_s", v.eval_seconds),
                          ("time/quantize_s", v.quantize_seconds)):
@@ -54,6 +56,28 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
         m[metric_name("perf", k)] = value
     if v.probe and v.probe.get("saturation_concurrency") is not None:
         m["perf/saturation_concurrency"] = float(v.probe["saturation_concurrency"])
+    return m | grid_metrics(v.grid)
+
+
+def grid_metrics(grid: dict | None) -> dict[str, float]:
+    """Per cell, grid/<row>/c_<concurrency>/<figure> (e.g. grid/mns_8/c_4/output_throughput), and the
+    best cell under the SLOs as grid/best/* (its throughput, concurrency and engine settings)."""
+    from ..probe.grid import CELL_METRICS, figures, metric_segment
+
+    if not grid:
+        return {}
+    m: dict[str, float] = {}
+    for c in grid["cells"]:
+        f = figures(c)
+        for k in CELL_METRICS:
+            if f.get(k) is not None and f[k] == f[k]:
+                m[metric_name("grid", metric_segment(c["row"]), f"c_{c['concurrency']}", k)] = f[k]
+    best = grid.get("best")
+    if best:
+        m["grid/best/output_throughput"] = float(best["output_throughput"])
+        m["grid/best/concurrency"] = float(best["concurrency"])
+        setting = next(c["setting"] for c in grid["cells"] if c["row"] == best["row"])
+        m |= {metric_name("grid", "best", k): float(val) for k, val in setting.items()}
     return m
 
 
@@ -73,6 +97,8 @@ def probe_history(record: RunRecord, name: str) -> list[tuple[str, float, int]]:
                 val = s[fam][stat]
                 if val == val:  # NaN (no successful request) is not logged
                     out.append((f"latency/{fam.removesuffix('_ms')}_{stat}_ms", val, step))
+        # the engine's own view of the step (its /metrics), e.g. latency/server_queue_mean_ms
+        out += [(f"latency/server_{k}", float(val), step) for k, val in (s.get("server") or {}).items() if val == val]
     return out
 
 
@@ -87,7 +113,22 @@ def items_table(store: ResultsStore, record: RunRecord, name: str) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: str | None = None) -> dict[str, str]:
+def _log_grid(client, run_id: str, v, run_dir: Path, tmp: Path) -> None:
+    """The grid as JSON (as in the run record), as a table of cells (Parquet), and its heat map."""
+    import json
+
+    from ..probe.grid import table
+
+    (tmp / f"grid-{v.name}.json").write_text(json.dumps(v.grid, indent=1))
+    pd.DataFrame(table(v.grid)).to_parquet(tmp / f"grid-{v.name}.parquet")
+    for f in (tmp / f"grid-{v.name}.json", tmp / f"grid-{v.name}.parquet", run_dir / f"grid-{v.name}.png"):
+        if f.exists():
+            client.log_artifact(run_id, str(f), "grid")
+
+
+def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: str | None = None,
+               register_as: str | None = None) -> dict[str, str]:
+    """With `register_as`, each variant also becomes a model version under that registered model."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -102,7 +143,13 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     found = client.search_runs([exp_id], filter_string=f"tags.`qeval.run_id` = '{record.run_id}' "
                                                          f"and tags.`qeval.role` = 'campaign'")
     if found and found[0].info.status == "FINISHED":
-        return {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": found[0].info.run_id}
+        pid = found[0].info.run_id
+        out = {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
+        if register_as:  # registering may be turned on after the first sync, or have failed half-way
+            kids = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{pid}'")
+            out["registered_model"] = _register(client, record, {k.info.run_name: k.info.run_id for k in kids},
+                                                register_as)
+        return out
     now = int(time.time() * 1000)
     parent = client.create_run(exp_id, run_name=record.campaign, tags={
         "qeval.run_id": record.run_id, "qeval.role": "campaign", "qeval.verdict": record.verdict,
@@ -113,6 +160,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     params += [Param(f"env.{k}", str(v)[:500]) for k, v in record.environment.items()]
     tags = [RunTag(f"verdict.{n}", v) for n, v in record.verdicts.items()]
     client.log_batch(pid, params=params, tags=tags)
+    children: dict[str, str] = {}
     with ResultsStore(run_dir / "results.sqlite") as store, tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
             child = client.create_run(exp_id, run_name=v.name, tags={
@@ -120,20 +168,35 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                 "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline" else "NOT_EVALUATED"),
                 "qeval.status": v.status})
             cid = child.info.run_id
+            children[v.name] = cid
             vparams = {"method": v.method, "engine": v.engine, "engine_version": v.engine_version,
                        "checkpoint_hash": v.checkpoint_hash or "", **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
-            client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()],
-                             metrics=[Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()]
-                             + [Metric(k, float(val), now, step) for k, val, step in probe_history(record, v.name)])
+            metrics = ([Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()]
+                       + [Metric(k, float(val), now, step) for k, val, step in probe_history(record, v.name)])
+            client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()])
+            for i in range(0, len(metrics), 1000):  # MLflow takes at most 1,000 metrics a batch (a grid has many)
+                client.log_batch(cid, metrics=metrics[i:i + 1000])
             if v.status == "ok":
                 table = Path(tmp) / f"items-{v.name}.parquet"
                 items_table(store, record, v.name).to_parquet(table)
                 client.log_artifact(cid, str(table), "items")
             if v.probe_requests and Path(v.probe_requests).exists():
                 client.log_artifact(cid, v.probe_requests, "latency")
+            if v.grid:
+                _log_grid(client, cid, v, run_dir, Path(tmp))
             client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
     for f in ("run.json", "report.md"):
         if (run_dir / f).exists():
             client.log_artifact(pid, str(run_dir / f))
     client.set_terminated(pid, "FINISHED")
-    return {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
+    out = {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
+    if register_as:  # after the run is complete: a registry fault is retried by `qeval sync`, runs not duplicated
+        out["registered_model"] = _register(client, record, children, register_as)
+    return out
+
+
+def _register(client, record: RunRecord, children: dict[str, str], model_name: str) -> str:
+    from .registry import register_variants
+
+    versions = register_variants(client, record, children, model_name)
+    return model_name + (": " + ", ".join(f"{k} v{n}" for k, n in versions.items()) if versions else "")

@@ -1,7 +1,7 @@
 """Quantize a checkpoint with llm-compressor (runs in the llm-compressor venv, never imports qeval).
 
 Usage: python quantize_llmc.py SPEC.json
-SPEC: {"base": dir, "out": dir, "method": gptq|awq|int8|fp8, "group_size": int, "symmetric": bool,
+SPEC: {"base": dir, "out": dir, "method": gptq|awq|rtn|int8|fp8, "group_size": int, "symmetric": bool,
        "calibration": [text, ...], "samples": int, "seq_len": int, "awq_n_grid": int}
 Writes OUT (compressed-tensors) and OUT/qeval-quantize.json with what was done and how long it took.
 """
@@ -31,12 +31,18 @@ def _weight_scheme(bits: int, group_size: int, symmetric: bool):
     return {"group_0": QuantizationScheme(targets=["Linear"], weights=weights)}
 
 
+DATA_FREE = {"fp8", "rtn"}  # FP8 dynamic and round-to-nearest need no calibration data
+
+
 def recipe_for(spec: dict):
     from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
 
     method, ignore = spec["method"], ["lm_head"]
     if method == "gptq":
         return [GPTQModifier(config_groups=_weight_scheme(4, spec["group_size"], spec["symmetric"]), ignore=ignore)]
+    if method == "rtn":  # W4A16 by round-to-nearest: no calibration data
+        return [QuantizationModifier(config_groups=_weight_scheme(4, spec["group_size"], spec["symmetric"]),
+                                     ignore=ignore)]
     if method == "awq":
         from llmcompressor.modifiers.transform.awq import AWQModifier
 
@@ -70,10 +76,14 @@ def main(spec_path: str) -> None:
 
     _no_pin_without_accelerator()
     t0 = time.time()
-    model = AutoModelForCausalLM.from_pretrained(spec["base"], dtype=torch.bfloat16)
+    data_free = spec["method"] in DATA_FREE
+    # data-free schemes touch each weight once: on a GPU do it there (an 8B model on the CPU takes minutes);
+    # calibrated ones load on the CPU and llm-compressor's sequential pipeline moves one layer at a time
+    device_map = "cuda" if data_free and torch.cuda.is_available() else None
+    model = AutoModelForCausalLM.from_pretrained(spec["base"], dtype=torch.bfloat16, device_map=device_map)
     tok = AutoTokenizer.from_pretrained(spec["base"])
     kwargs = {}
-    if spec["method"] != "fp8":  # FP8 dynamic needs no calibration data
+    if not data_free:
         ds = calibration_set(tok, spec["calibration"], spec["samples"], spec["seq_len"])
         kwargs = dict(dataset=ds, num_calibration_samples=len(ds), max_seq_length=spec["seq_len"])
     oneshot(model=model, recipe=recipe_for(spec), **kwargs)

@@ -72,6 +72,17 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     partial = count_records(db, "int8")
     assert 10 <= partial < sum(EXPECTED.values())
 
+    # 1b. `qeval finish` gives a verdict from what is stored, serving nothing: the unfinished variants
+    # are NOT_EVALUATED (exit 3, never PASS), and the run stays open for the resume below
+    fin = subprocess.run([sys.executable, "-m", "qeval.cli", "finish", str(cfg), "--no-mlflow"],
+                         env=subprocess_env(COLUMNS="200"), capture_output=True, text=True, timeout=300)
+    assert fin.returncode == 3, fin.stdout[-2000:] + fin.stderr[-2000:]
+    rec = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
+    assert rec.finished_at is None and rec.verdict == "NOT_EVALUATED"
+    assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "int8": "skipped", "same": "skipped"}
+    assert rec.verdicts == {"int8": "NOT_EVALUATED", "same": "NOT_EVALUATED"}
+    assert count_records(db, "int8") == partial  # nothing served, nothing written to the store
+
     # 2. the same command again resumes: the baseline is not re-run, int8 finishes
     second = _cli(cfg, tmp_path / "second.log")
     rc = second.wait(timeout=1500)

@@ -64,3 +64,36 @@ mlflow: {{enabled: false}}
     con = sqlite3.connect(db)
     rows = dict(con.execute("SELECT suite, COUNT(*) FROM records WHERE variant='bf16' GROUP BY suite").fetchall())
     assert rows == {"logprobs/pydoc": 32, "custom/capitals": 53}  # every item once, none lost
+
+
+def test_time_budget_leaves_variants_not_evaluated_and_resumable(server, base_model, tmp_path):
+    """`--max-minutes`: no variant starts after the budget; the rest are NOT_EVALUATED (exit 3), the
+    run stays open, and the same command without the budget finishes it."""
+    _, endpoint = server
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""
+name: budget
+model: {{path: {base_model}}}
+output_dir: {tmp_path / 'runs'}
+baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
+            checkpoint: {base_model}}}
+variants:
+  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
+      checkpoint: {base_model}}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
+gates: {{rules: [{{match: "*", margin: 0.15}}]}}
+mlflow: {{enabled: false}}
+""")
+    run = [sys.executable, "-m", "qeval.cli", "run", str(cfg)]
+    first = subprocess.run(run + ["--max-minutes", "0"], env=subprocess_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
+    rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
+    assert rec.finished_at is None and rec.verdicts == {"same": "NOT_EVALUATED"}
+    assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "same": "skipped"}
+    second = subprocess.run(run, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "resuming run" in second.stderr and "[bf16] every suite already in the store" in second.stderr
+    rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
+    assert rec.finished_at and rec.verdicts == {"same": "PASS"}

