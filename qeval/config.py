@@ -300,7 +300,7 @@ class MlflowSpec(Strict):
     experiment: str | None = None  # default: the campaign name
     # each variant as a version in the model registry, its verdict a tag (qeval.verdict), for deployment tooling
     registry: bool = False
-    registered_model: str | None = None  # default: the campaign name
+    registered_model: Name | None = None  # default: the campaign name
 
     def registered_name(self, campaign: str) -> str | None:
         return (self.registered_model or campaign) if self.registry else None
@@ -365,6 +365,10 @@ class CampaignConfig(Strict):
         if not chosen:
             raise ValueError("grid: no variant that qeval serves itself to run it on")
         engine: EngineSpec = info.data["engine"]
+        other = [v.name for v in chosen if v.engine.get("kind", engine.kind) != "vllm"]
+        if other:
+            raise ValueError(f"grid: its settings are vLLM's, and {other} are not served by vLLM; "
+                             "name the vLLM variants in grid.variants")
         if g.engine.gpu_memory_utilization and any(v.engine.get("device", engine.device) == "cpu" for v in chosen):
             raise ValueError("grid.engine.gpu_memory_utilization is for device: gpu (on a CPU, vary max_num_seqs or "
                              "max_num_batched_tokens)")

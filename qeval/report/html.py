@@ -21,6 +21,7 @@ th, td { border: 1px solid #999; padding: 3px 6px; text-align: left; }
 th { background: #eee; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .verdict { font-size: 1.4em; padding: 0.4em 0.8em; border: 3px solid #111; display: inline-block; }
+@media print { body { margin: 0; } figure, tr { break-inside: avoid; } }  /* `qeval report --pdf` */
 </style></head><body>
 <p class="verdict" id="verdict">Overall verdict: <strong>{{ r.verdict }}</strong></p>
 {% for title, png in figures %}<figure><img alt="{{ title }}" src="data:image/png;base64,{{ png }}">

