@@ -48,7 +48,10 @@ def verdict_table(record) -> Table:
         t.add_column(col)
     for g in record.gates:
         if g.mode == "ratio":  # a performance gate: measured figures and their ratio
-            t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".4g"), _num(g.variant_mean, ".4g"),
+            from .report.markdown import perf_value
+
+            t.add_row(g.variant, f"{g.suite}/{g.metric}", perf_value(g.metric, g.base_mean),
+                      perf_value(g.metric, g.variant_mean),
                       _num(g.delta, ".3f") + "x", "", g.margin_spec, "", g.verdict)
             continue
         t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".3f"), _num(g.variant_mean, ".3f"),

@@ -37,9 +37,9 @@ for that verdict).
 | variant | suite / metric | mode | baseline | variant | delta | bounds | margin | MDE | result | why |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for g in r.gates -%}
-| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ f(g.base_mean) }} | {{ f(g.variant_mean) }} | {{ s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} | **{{ g.verdict }}** | {{ g.reason }} |
+| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} | **{{ g.verdict }}** | {{ g.reason }} |
 {% endfor %}
-## Every comparison
+{% if r.comparisons %}## Every comparison
 
 p: McNemar exact for 0/1 scores, Wilcoxon signed-rank otherwise (a paired sign-flip permutation
 p is in the run record too); p ({{ r.multiplicity }}): corrected across all
@@ -51,6 +51,8 @@ wrong, c = baseline wrong / variant right.
 {% for c in r.comparisons -%}
 | {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] ({{ "%.0f" % (100 * c.confidence) }}%) | {{ c.interval_method }} | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }} ({{ "%.1f" % (100 * c.flip_rate) }}%){% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
 {% endfor %}
+{% else %}No quality comparison: this campaign ran no suite (speed and memory only).
+{% endif %}
 {% if dist %}
 ## Next-token distributions
 
@@ -176,6 +178,15 @@ def _mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:,.0f} MiB"
 
 
+def perf_value(metric: str, x: float | None) -> str:
+    """A performance figure in its unit: bytes as MiB / GiB, the rest with thousands separators."""
+    if x is None:
+        return "-"
+    if metric.endswith("_bytes"):
+        return f"{x / 2**30:,.2f} GiB" if x >= 2**30 else f"{x / 2**20:,.0f} MiB"
+    return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -230,7 +241,7 @@ def _render(template: str, r: RunRecord) -> str:
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
-        f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
+        pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
 
 def render(r: RunRecord) -> str:
