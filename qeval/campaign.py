@@ -313,10 +313,9 @@ class Campaign:
     def grid_rows(self, v: VariantSpec, checkpoint_hash: str | None) -> list[GridRow]:
         """The variant's grid rows. A row is stored under the key of the variant served with its setting
         (and the cells' probe settings), so a resumed run, or another campaign, skips what is done."""
-        g = self.cfg.grid
-        if g is None or v.method == "external" or (g.variants is not None and v.name not in g.variants):
+        if v not in self.cfg.grid_variants():
             return []
-        spec = _engine_spec(self.cfg, v)
+        g, spec = self.cfg.grid, _engine_spec(self.cfg, v)
         cells = cell_probe(g, self.cfg.probe).model_dump(mode="json", exclude={"slo"})  # SLOs change no cell
         rows = []
         for setting in grid_settings(g.engine):
@@ -346,7 +345,10 @@ class Campaign:
             return
         errors: dict[str, str] = {}
         for row in rows:
-            if row.path.exists() or row.on_server:
+            if row.path.exists():
+                continue
+            if row.on_server:  # it ran with the evaluation, unless that stopped early
+                errors[row.label] = "not run: the evaluation's server stopped before it"
                 continue
             engine = build_engine(row.spec.kind, v, ckpt, row.spec, self.settings,
                                   self.logs / "grid" / metric_segment(row.label))

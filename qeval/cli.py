@@ -132,6 +132,11 @@ def validate(config: Path) -> None:
     n_items = sum(len(s.items) for s in p.custom)
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
               f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
+    if cfg.grid:
+        g = cfg.grid
+        out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "
+                  f"concurrencies = {len(cfg.grid_variants()) * g.rows() * len(g.concurrency)} cells "
+                  f"(max_cells {g.max_cells}), each at most {g.max_seconds_per_cell:g} s")
 
 
 @app.command("plan")

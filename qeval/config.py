@@ -381,6 +381,12 @@ class CampaignConfig(Strict):
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]
 
+    def grid_variants(self) -> list[VariantSpec]:
+        """The variants the grid runs on: those it names, else every one qeval serves itself."""
+        g = self.grid
+        return [] if g is None else [v for v in self.all_variants()
+                                     if v.method != "external" and (g.variants is None or v.name in g.variants)]
+
     def config_hash(self) -> str:
         # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
         data = self.model_dump(mode="json", exclude={"mlflow"})

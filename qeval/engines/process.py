@@ -93,6 +93,7 @@ class ServerProcess:
         pgid = self.proc.pid  # start_new_session made the server its group's leader
         members = self._group(pgid)
         self._signal(pgid, signal.SIGTERM)
+        self._signal(pgid, signal.SIGCONT)  # a stopped (hung) server acts on the TERM only once continued
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and (self.proc.poll() is None or any(p.is_running() for p in members)):
             time.sleep(0.2)

@@ -23,8 +23,9 @@ SHORT = {"max_num_seqs": "mns", "max_num_batched_tokens": "mnbt", "gpu_memory_ut
 FIGURES = ("output_throughput", "request_throughput", "ttft_p95_ms", "ttft_p99_ms", "tpot_p95_ms", "tpot_p99_ms",
            "e2e_p95_ms", "errors", "requests")
 # per cell in MLflow (grid/<row>/c_<concurrency>/<figure>): the client's view, the engine's memory, the server's
-CELL_METRICS = FIGURES + ("memory_rss_bytes", "memory_gpu_bytes", "memory_kv_cache_bytes", "server_queue_mean_ms",
-                          "server_ttft_mean_ms", "server_running_max", "server_waiting_max", "server_kv_cache_usage_max")
+CELL_METRICS = FIGURES + ("memory_rss_bytes", "memory_gpu_bytes", "memory_kv_cache_bytes",
+                          "server_queue_mean_ms", "server_ttft_mean_ms", "server_running_max", "server_waiting_max",
+                          "server_kv_cache_usage_max")
 _STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepSummary) if f.name not in ("kind", "load"))
 
 

@@ -66,7 +66,12 @@ class WorkerQuantizer:
             if rc != 0 or not (tmp / self.done_file).is_file():
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
                 raise QuantizeError(f"{self.name} failed for variant {variant.name!r} (exit {rc}); log: {log}\n{tail}")
-            tmp.rename(out)
+            try:
+                tmp.rename(out)
+            except OSError:
+                if not (out / self.done_file).is_file():
+                    raise
+                # another campaign made the same variant first: same key, so the same inputs; keep theirs
         finally:
             spec_file.unlink(missing_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)

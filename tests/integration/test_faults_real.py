@@ -131,3 +131,52 @@ mlflow: {{enabled: false}}
     ckpt = json.loads((Path(mo.checkpoint) / "hf_quant_config.json").read_text())
     assert ckpt["quantization"]["quant_algo"] == "FP8" and ckpt["producer"]["name"] == "modelopt"
     assert mo.weights_bytes < 0.7 * (base_model / "model.safetensors").stat().st_size  # FP8 linears, bf16 embeddings
+
+
+def test_engine_that_stops_answering_is_detected_restarted_and_resumed(server, base_model, tmp_path):
+    """The engine hangs (SIGSTOP: alive, listening, silent) mid-suite: requests time out after
+    request_timeout_s x 3 tries, the health check fails, the server is killed and started again,
+    and the suite resumes from the last stored record: every item once."""
+    _, endpoint = server
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""
+name: hang
+model: {{path: {base_model}}}
+output_dir: {tmp_path / 'runs'}
+baseline: {{name: bf16, method: bf16}}
+variants:
+  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
+      checkpoint: {base_model}}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 1, request_timeout_s: 8}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
+gates: {{rules: [{{match: "*", margin: 0.15}}]}}
+mlflow: {{enabled: false}}
+""")
+    db = tmp_path / "runs" / "hang" / "results.sqlite"
+    log = tmp_path / "cli.log"
+    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
+                           stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while count_records(db, "bf16") < 3:
+        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    servers = [p for p in psutil.Process(cli.pid).children() if "vllm" in " ".join(p.cmdline())]
+    assert len(servers) == 1
+    hung_at = time.monotonic()
+    for p in [servers[0], *servers[0].children(recursive=True)]:
+        p.suspend()
+    while "engine failed" not in log.read_text():
+        assert time.monotonic() - hung_at < 120, log.read_text()[-3000:]  # 3 tries x 8 s, plus the health check
+        time.sleep(0.5)
+    rc = cli.wait(timeout=900)
+    text = log.read_text()
+    assert rc == 0, text[-3000:]
+    assert "restart 1 of 1" in text
+    assert not psutil.pid_exists(servers[0].pid)  # the hung server was ended, not left behind
+    rec = RunRecord.load(tmp_path / "runs" / "hang" / "run.json")
+    bf16 = next(v for v in rec.variants if v.name == "bf16")
+    assert bf16.restarts == 1 and bf16.status == "ok" and rec.verdicts == {"same": "PASS"}
+    con = sqlite3.connect(db)
+    n, distinct = con.execute("SELECT COUNT(*), COUNT(DISTINCT item_id) FROM records WHERE variant = 'bf16'").fetchone()
+    assert n == distinct == 53

@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from qeval.campaign import Campaign
-from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec
+from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec, load_config
 from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
-from qeval.probe.grid import assemble, best_cell, cell, cell_probe, figures, matrix, meets_slo, metric_segment, \
-    row_label, settings, table
+from qeval.probe.grid import (assemble, best_cell, cell, cell_probe, figures, matrix, meets_slo, metric_segment,
+                              row_label, settings, table)
 from qeval.probe.latency import StepSummary
 from qeval.record import RunRecord, VariantResult
 from qeval.report import html, markdown, plots
@@ -44,8 +47,8 @@ def _grid(slo: dict | None = None, errors: dict | None = None) -> dict:
 def test_rows_are_the_product_of_the_settings_in_config_order():
     spec = GridEngineSpec(max_num_seqs=[2, 8], max_num_batched_tokens=[256, 512])
     rows = settings(spec)
-    assert rows == [{"max_num_seqs": 2, "max_num_batched_tokens": 256}, {"max_num_seqs": 2, "max_num_batched_tokens": 512},
-                    {"max_num_seqs": 8, "max_num_batched_tokens": 256}, {"max_num_seqs": 8, "max_num_batched_tokens": 512}]
+    assert [(r["max_num_seqs"], r["max_num_batched_tokens"]) for r in rows] == [(2, 256), (2, 512), (8, 256), (8, 512)]
+    assert list(rows[0]) == ["max_num_seqs", "max_num_batched_tokens"]
     assert row_label(rows[1]) == "mns=2,mnbt=512"
     assert row_label({"gpu_memory_utilization": 0.9}) == "gmu=0.9"
     assert metric_segment("mns=2,mnbt=512") == "mns_2.mnbt_512"
@@ -101,7 +104,8 @@ def _cfg(**grid) -> dict:
 
 
 @pytest.mark.parametrize("grid, says", [
-    ({"variants": ["int9"]}, "grid.variants lists 'int9', which is not a variant of this campaign (did you mean 'int8'?)"),
+    ({"variants": ["int9"]}, "grid.variants lists 'int9', which is not a variant of this campaign "
+                             "(did you mean 'int8'?)"),
     ({"variants": ["ext"]}, "grid.variants lists 'ext', an external endpoint"),
     ({"max_cells": 8}, "2 variant(s) x 2 engine setting(s) x 3 concurrencies = 12 cells, more than max_cells (8)"),
     ({"engine": {}}, "give at least one engine setting"),
@@ -131,9 +135,6 @@ def test_a_grid_alone_is_enough_to_measure_and_its_absence_keeps_old_hashes():
     cfg = CampaignConfig.model_validate(_cfg(variants=["int8"]) | {"suites": [], "probe": {}})
     assert cfg.grid.rows() == 2
     plain = CampaignConfig.model_validate({k: v for k, v in _cfg().items() if k != "grid"})
-    import hashlib
-    import json
-
     old = plain.model_dump(mode="json", exclude={"mlflow"})  # where results are logged is not part of it
     old.pop("grid")
     assert plain.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
@@ -181,10 +182,6 @@ def test_views_of_the_grid():
 
 
 def test_the_shipped_grid_config_loads():
-    from pathlib import Path
-
-    from qeval.config import load_config
-
     cfg = load_config(Path(__file__).parents[2] / "configs" / "grid.yaml")
     assert (cfg.grid.rows(), cfg.grid.concurrency, cfg.engine.max_num_seqs) == (2, [1, 4, 8], 8)
     camp = Campaign(cfg, Settings(cache=Path("/nonexistent")))

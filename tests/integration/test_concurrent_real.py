@@ -1,0 +1,56 @@
+"""Two campaigns at once on one machine: their ports, run folders and stores are their own, and the
+variant both need is quantized into the shared cache without either one breaking the other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from qeval.record import RunRecord
+from qeval.settings import Settings
+
+from .conftest import ROOT, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_campaigns_at_once(tmp_path):
+    settings = Settings.from_env()
+    model = tmp_path / "tiny-llama"  # a tiny random Llama: both campaigns quantize it, from scratch, at once
+    subprocess.run([str(settings.llmc.python), str(ROOT / "scripts/make-random-llama.py"), str(model),
+                    "--tokenizer", str(settings.models / "smollm2-135m-instruct"), "--tiny"], check=True,
+                   capture_output=True, timeout=300)
+    procs, cfgs = [], []
+    for name in ("one", "two"):
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(f"""
+name: {name}
+model: {{path: {model}}}
+output_dir: {tmp_path / name}
+baseline: {{name: bf16, method: bf16}}
+variants:
+  - {{name: w4, method: rtn, recipe: {{group_size: 32}}}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
+gates: {{rules: [{{match: "*", margin: 0.5}}]}}
+mlflow: {{enabled: false}}
+""")
+        cfgs.append(cfg)
+        procs.append(subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=1200)[0] for p in procs]
+    for name, p, out in zip(("one", "two"), procs, outs):
+        assert p.returncode in (0, 1), out[-3000:]
+        rec = RunRecord.load(tmp_path / name / name / "run.json")
+        assert [v.status for v in rec.variants] == ["ok", "ok"], out[-3000:]
+        assert all(s.n == 40 for v in rec.variants for s in v.suites)
+    one, two = (RunRecord.load(tmp_path / n / n / "run.json") for n in ("one", "two"))
+    # the same checkpoint (one cached folder), served by two servers of their own
+    assert one.variants[1].checkpoint == two.variants[1].checkpoint
+    assert one.variants[1].checkpoint_hash == two.variants[1].checkpoint_hash
+    assert one.run_id != two.run_id
+    leftovers = list(settings.variants.glob(f"{model.name}-rtn-*.tmp-*"))
+    assert not leftovers, leftovers
