@@ -22,6 +22,23 @@ class Quantizer(Protocol):
 
 QUANTIZERS = Registry("quantizer", entry_point_group="qeval.quantizers")
 
+# what each method means for the numbers: scheme, weight bits, activation bits (params in MLflow, columns in reports)
+SCHEMES = {"bf16": ("BF16", 16, 16), "fp16": ("FP16", 16, 16), "gptq": ("W4A16", 4, 16), "awq": ("W4A16", 4, 16),
+           "rtn": ("W4A16", 4, 16), "int8": ("W8A8-INT8", 8, 8), "fp8": ("W8A8-FP8", 8, 8),
+           "fp8-online": ("W8A8-FP8", 8, 8)}
+
+
+def scheme_params(method: str, recipe: dict) -> dict[str, str]:
+    """scheme / weight_bits / activation_bits / group_size, where the method says (not for checkpoints given as is)."""
+    if method not in SCHEMES:
+        return {}
+    scheme, w, a = SCHEMES[method]
+    out = {"scheme": scheme, "weight_bits": str(w), "activation_bits": str(a)}
+    if scheme == "W4A16" and recipe.get("group_size"):
+        out["group_size"] = str(recipe["group_size"])
+    return out
+
+
 # which quantizer makes which method by default
 DEFAULT_QUANTIZER = {m: "llmcompressor" for m in ("gptq", "awq", "rtn", "int8", "fp8")}
 

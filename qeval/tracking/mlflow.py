@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import RunRecord
+from ..quantize.base import scheme_params
 from ..store import ResultsStore
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
@@ -169,8 +170,9 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                 "qeval.status": v.status})
             cid = child.info.run_id
             children[v.name] = cid
-            vparams = {"method": v.method, "engine": v.engine, "engine_version": v.engine_version,
-                       "checkpoint_hash": v.checkpoint_hash or "", **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
+            vparams = {"method": v.method, **scheme_params(v.method, v.recipe), "engine": v.engine,
+                       "engine_version": v.engine_version, "checkpoint_hash": v.checkpoint_hash or "",
+                       **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
             metrics = ([Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()]
                        + [Metric(k, float(val), now, step) for k, val, step in probe_history(record, v.name)])
             client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()])
@@ -185,9 +187,17 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             if v.grid:
                 _log_grid(client, cid, v, run_dir, Path(tmp))
             client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
-    for f in ("run.json", "report.md"):
+    for f in ("run.json", "report.md", "report.html", "summary.md", "junit.xml"):
         if (run_dir / f).exists():
             client.log_artifact(pid, str(run_dir / f))
+    with tempfile.TemporaryDirectory() as tmp:  # the report's figures as files, for the UI's artifact view
+        from ..report import plots
+
+        for name, fn in (("forest", plots.forest), ("tradeoff", plots.tradeoff), ("latency", plots.latency)):
+            png = fn(record)
+            if png:
+                (Path(tmp) / f"{name}.png").write_bytes(png)
+                client.log_artifact(pid, str(Path(tmp) / f"{name}.png"), "plots")
     client.set_terminated(pid, "FINISHED")
     out = {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
     if register_as:  # after the run is complete: a registry fault is retried by `qeval sync`, runs not duplicated

@@ -125,6 +125,11 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     int8_run = next(c for c in children if c.info.run_name == "int8")
     assert "delta/custom/capitals/contains" in int8_run.data.metrics
     assert [a.path for a in client.list_artifacts(int8_run.info.run_id, "items")] == ["items/items-int8.parquet"]
+    assert {k: int8_run.data.params[k] for k in ("method", "scheme", "weight_bits", "activation_bits")} == \
+        {"method": "int8", "scheme": "W8A8-INT8", "weight_bits": "8", "activation_bits": "8"}
+    top = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"run.json", "report.html", "report.md", "junit.xml", "plots"} <= top, top
+    assert "plots/forest.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
 
     # 6. the report leads with the verdict
     report = (tmp_path / "runs" / "e2e" / "report.md").read_text()
