@@ -135,6 +135,8 @@ def _stopping(engine) -> Iterator[None]:
 
 def _engine_spec(cfg: CampaignConfig, v: VariantSpec) -> EngineSpec:
     update = dict(v.engine)
+    if cfg.model.trust_remote_code:  # the model's own opt-in, passed to whatever loads it
+        update["trust_remote_code"] = True
     if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
         update.setdefault("quantization", "fp8")
     return EngineSpec.model_validate({**cfg.engine.model_dump(), **update}) if update else cfg.engine

@@ -38,6 +38,8 @@ class ModelSpec(Strict):
     # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing)
     builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random"] | None = None
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    # code shipped with a checkpoint runs only when this model's entry says so (engines and quantizers)
+    trust_remote_code: bool = False
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
@@ -66,6 +68,7 @@ class EngineSpec(Strict):
     max_batch_size: int | None = Field(None, gt=0)
     max_num_tokens: int | None = Field(None, gt=0)
     extra_args: list[str] = []
+    trust_remote_code: bool = False  # set from model.trust_remote_code only (refused here): see CampaignConfig
 
     @model_validator(mode="after")
     def _device_knobs(self) -> "EngineSpec":
@@ -120,6 +123,16 @@ class GenerationSpec(Strict):
     temperature: float = Field(0.0, ge=0)
     chat: bool = True  # apply the model's chat template (instruct models need it)
     stop: list[str] = []
+    # answers per item; the item's score per scorer is the mean over them. Each sample's seed comes from
+    # the item id and the sample index, so a rerun asks the same questions (where the engine honours seeds)
+    samples: int = Field(1, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _sampling(self) -> "GenerationSpec":
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"samples: {self.samples} needs temperature > 0 (greedy decoding gives one answer "
+                             f"{self.samples} times)")
+        return self
 
 
 class ScorerSpec(Strict):
@@ -128,6 +141,10 @@ class ScorerSpec(Strict):
     tolerance: float | None = None
     name: str | None = None
     number: Literal["first", "last"] = "last"  # numeric: which number in the response is the answer
+    # json_schema: the schema inline, or a JSON / YAML file relative to the suite descriptor
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    schema_file: Path | None = None
+    callable: str | None = None  # python: "package.module:function", (response, reference) -> float in [0, 1]
 
 
 class CustomSuiteRef(Strict):
@@ -334,6 +351,10 @@ class CampaignConfig(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+        if self.engine.trust_remote_code or any("trust_remote_code" in v.engine for v in self.all_variants()):
+            raise ValueError("trust_remote_code belongs to the model it trusts: set model.trust_remote_code")
+        if any("--trust-remote-code" in a for a in self.engine.extra_args):
+            raise ValueError("engine.extra_args: --trust-remote-code is set by model.trust_remote_code, not here")
         for v in self.all_variants():
             if v.engine:  # a per-variant override is held to the same rules as the campaign's engine
                 try:

@@ -78,6 +78,8 @@ class VllmEngine:
             argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
         if s.quantization:
             argv += ["--quantization", s.quantization]
+        if s.trust_remote_code:  # only when the campaign's model entry turned it on
+            argv.append("--trust-remote-code")
         return argv + list(s.extra_args)
 
     def _env(self) -> dict[str, str]:

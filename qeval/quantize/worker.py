@@ -55,6 +55,8 @@ class WorkerQuantizer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         spec = self.spec(base, variant) | {"base": str(base), "out": str(tmp), "calibration": calibration_texts()}
+        if self.engine is not None and self.engine.trust_remote_code:
+            spec["trust_remote_code"] = True
         spec_file = tmp.with_suffix(".json")
         spec_file.write_text(json.dumps(spec))
         env = self.runtime.env(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,8 @@ class SuiteDescriptor(Strict):
     @model_validator(mode="after")
     def _primary_known(self) -> "SuiteDescriptor":
         names = [s.name or s.kind for s in self.scorers]
+        if len(set(names)) < len(names):
+            raise ValueError(f"scorer names {names} repeat: give `name:` to tell two of a kind apart")
         if self.primary is not None and self.primary not in names:
             raise ValueError(f"primary {self.primary!r} is not one of the scorers {names}")
         return self
@@ -61,7 +64,8 @@ class CustomSuite:
     descriptor: SuiteDescriptor
     items: list[Item]
     scorers: list[Scorer]
-    key: str  # content hash of descriptor + items: the store key
+    key: str  # content hash of descriptor + items (+ schema files): the store key
+    source: Path | None = None  # the descriptor, named by errors found while scoring
 
     @property
     def name(self) -> str:
@@ -120,18 +124,45 @@ def load_suite(path: Path) -> CustomSuite:
     items_path = desc.items if desc.items.is_absolute() else (path.parent / desc.items).resolve()
     if not items_path.is_file():
         raise ConfigError(f"items file {items_path} does not exist", file=str(path), where="items")
-    desc = desc.model_copy(update={"items": items_path})
+    key_parts = {"descriptor": desc.model_dump(mode="json", exclude=_unset_later_fields(desc))}
+    specs = []
+    for i, spec in enumerate(desc.scorers):
+        if spec.schema_file is not None:  # relative to the descriptor; its content is part of the key
+            f = spec.schema_file if spec.schema_file.is_absolute() else (path.parent / spec.schema_file).resolve()
+            if not f.is_file():
+                raise ConfigError(f"schema_file {f} does not exist", file=str(path), where=f"scorers.{i}.schema_file")
+            key_parts[f"schema_file.{i}"] = file_hash(f)
+            spec = spec.model_copy(update={"schema_file": f})
+        specs.append(spec)
+    desc = desc.model_copy(update={"items": items_path, "scorers": specs})
     try:
         scorers = [build_scorer(s) for s in desc.scorers]
     except ConfigError as e:
         raise ConfigError(str(e), file=str(path), where="scorers") from None
     items = load_items(items_path)
-    key = stable_hash({"descriptor": desc.model_dump(mode="json", exclude={"items"}), "items": file_hash(items_path)})
-    return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}")
+    key = stable_hash(key_parts | {"items": file_hash(items_path)})
+    return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}", source=path)
 
 
-def _request(item: Item, gen: GenerationSpec, model: str) -> tuple[str, dict[str, Any]]:
-    common: dict[str, Any] = {"model": model, "max_tokens": gen.max_tokens, "temperature": gen.temperature, "seed": 0}
+def _unset_later_fields(desc: SuiteDescriptor) -> dict[str, Any]:
+    # fields added after suites were first stored stay out of the key while unset: stored results keep their key
+    later = ("schema_", "schema_file", "callable")
+    return {"items": True,
+            "generation": {"samples"} if desc.generation.samples == 1 else set(),
+            "scorers": {i: {f for f in later if getattr(s, f) is None} for i, s in enumerate(desc.scorers)}}
+
+
+def sample_seeds(item_id: str, samples: int) -> list[int]:
+    """One seed per sample. A single sample keeps seed 0 (as before samples existed); several get seeds from
+    the item id and the sample index: every variant and every rerun asks each sample with the same seed."""
+    if samples == 1:
+        return [0]
+    return [int(stable_hash([item_id, k]), 16) % 2**31 for k in range(samples)]
+
+
+def _request(item: Item, gen: GenerationSpec, model: str, seed: int = 0) -> tuple[str, dict[str, Any]]:
+    common: dict[str, Any] = {"model": model, "max_tokens": gen.max_tokens, "temperature": gen.temperature,
+                              "seed": seed}
     if gen.stop:
         common["stop"] = gen.stop
     if gen.chat:
@@ -155,8 +186,8 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
     async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits,
                                  headers=endpoint.headers) as client:
 
-        async def one(item: Item) -> None:
-            path, payload = _request(item, gen, endpoint.model)
+        async def ask(item: Item, seed: int) -> str:
+            path, payload = _request(item, gen, endpoint.model, seed)
             last: Exception | None = None
             async with sem:
                 for _ in range(retries + 1):
@@ -171,12 +202,43 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
                     await asyncio.sleep(1)
                 else:
                     raise EngineError(f"suite {suite.name}: item {item.id!r} failed after {retries + 1} tries: {last}")
-            response = _text(path, r.json())
-            scores = {s.name: s(response, item.reference) for s in suite.scorers}
-            sink([Record(item_id=item.id, scores=scores, prompt_hash=stable_hash(payload | {"model": None}),
-                         doc_hash=stable_hash(item.model_dump(mode="json")), group=item.group, response=response)])
+            return _text(path, r.json())
+
+        async def one(item: Item) -> None:
+            seeds = sample_seeds(item.id, gen.samples)
+            responses = await asyncio.gather(*(ask(item, seed) for seed in seeds))
+            per_sample = [score(suite, item, response) for response in responses]
+            # the item's score is the mean over its samples; one record holds them all, so a resumed run
+            # finds an item either whole or not at all
+            scores = {s.name: sum(p[s.name] for p in per_sample) / len(per_sample) for s in suite.scorers}
+            extra = {} if len(seeds) == 1 else {"samples": [{"seed": seed, "response": response, "scores": p}
+                                                            for seed, response, p in zip(seeds, responses, per_sample)]}
+            _, payload = _request(item, gen, endpoint.model, seeds[0])
+            prompt_hash = stable_hash(payload | {"model": None, "seed": seeds[0] if len(seeds) == 1 else seeds})
+            sink([Record(item_id=item.id, scores=scores, prompt_hash=prompt_hash,
+                         doc_hash=stable_hash(item.model_dump(mode="json")), group=item.group, response=responses[0],
+                         extra=extra)])
 
         await asyncio.gather(*(one(i) for i in todo))
+
+
+def score(suite: CustomSuite, item: Item, response: str) -> dict[str, float]:
+    """Every scorer's score of one response; a scorer that fails or gives no number in [0, 1] is an error
+    that names the descriptor, the scorer and the item (plugins and `python` scorers are user code)."""
+    out: dict[str, float] = {}
+    file = str(suite.source) if suite.source else None
+    for s in suite.scorers:
+        where = f"scorer {s.name!r}"
+        try:
+            value = s(response, item.reference)
+        except Exception as e:  # noqa: BLE001
+            raise ConfigError(f"failed on item {item.id!r}: {type(e).__name__}: {e}", file=file,
+                              where=where) from e
+        if not isinstance(value, numbers.Real) or not (0 <= value <= 1):  # NaN fails the range test too
+            raise ConfigError(f"returned {value!r} for item {item.id!r}; a score is a number in [0, 1]",
+                              file=file, where=where)
+        out[s.name] = float(value)
+    return out
 
 
 def run_custom(suite: CustomSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],

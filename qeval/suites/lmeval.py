@@ -88,6 +88,10 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
                                 if line.startswith("output_type:")), None)
             hashes = {}
             for data in _data_files(f, data_dir):  # the data behind the task is part of its identity
+                roots = (data_dir.resolve(), f.parent.resolve())
+                if not any(data.resolve().is_relative_to(r) for r in roots):  # e.g. "../../etc/x" or /home/...
+                    raise ConfigError(f"task {name!r} reads {data}, outside the data folder ({data_dir}) and the "
+                                      f"task's own folder", file=str(f), where="dataset_kwargs.data_files")
                 if not data.is_file():
                     raise MissingEnvError(f"data for lm-eval task {name!r}", str(data))
                 hashes[data.name] = file_hash(data)

@@ -70,6 +70,7 @@ def calibration_set(tokenizer, texts: list[str], samples: int, seq_len: int):
 
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    trust = spec.get("trust_remote_code", False)  # the campaign's model entry opted in
     torch.manual_seed(0)
     from llmcompressor import oneshot
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -80,8 +81,9 @@ def main(spec_path: str) -> None:
     # data-free schemes touch each weight once: on a GPU do it there (an 8B model on the CPU takes minutes);
     # calibrated ones load on the CPU and llm-compressor's sequential pipeline moves one layer at a time
     device_map = "cuda" if data_free and torch.cuda.is_available() else None
-    model = AutoModelForCausalLM.from_pretrained(spec["base"], dtype=torch.bfloat16, device_map=device_map)
-    tok = AutoTokenizer.from_pretrained(spec["base"])
+    model = AutoModelForCausalLM.from_pretrained(spec["base"], trust_remote_code=trust, dtype=torch.bfloat16,
+                                                 device_map=device_map)
+    tok = AutoTokenizer.from_pretrained(spec["base"], trust_remote_code=trust)
     kwargs = {}
     if not data_free:
         ds = calibration_set(tok, spec["calibration"], spec["samples"], spec["seq_len"])

@@ -15,6 +15,7 @@ import torch
 
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    trust = spec.get("trust_remote_code", False)  # the campaign's model entry opted in
     import modelopt.torch.quantization as mtq
     from modelopt.torch.export import export_hf_checkpoint
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -22,8 +23,9 @@ def main(spec_path: str) -> None:
     torch.manual_seed(0)
     t0 = time.time()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(spec["base"], dtype=torch.bfloat16).to(device).eval()
-    tok = AutoTokenizer.from_pretrained(spec["base"])
+    model = AutoModelForCausalLM.from_pretrained(spec["base"], trust_remote_code=trust, dtype=torch.bfloat16)
+    model = model.to(device).eval()
+    tok = AutoTokenizer.from_pretrained(spec["base"], trust_remote_code=trust)
     ids = tok("\n\n".join(spec["calibration"]), add_special_tokens=False, return_tensors="pt")["input_ids"][0]
     n = spec["seq_len"]
     chunks = [ids[i:i + n] for i in range(0, len(ids) - n + 1, n)][:spec["samples"]]
