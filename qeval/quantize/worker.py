@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import psutil
+
 from ..errors import MissingEnvError, QuantizeError
 from ..hashing import stable_hash, tree_hash
 from .calibration import calibration_texts
@@ -22,6 +24,18 @@ if TYPE_CHECKING:
     from ..settings import Runtime
 
 WORKERS = Path(__file__).resolve().parent.parent / "workers"
+
+
+def _clear_abandoned(out: Path) -> None:
+    """Remove temporary folders (and spec files) of this output left by a process that was killed;
+    a live process's folder is another campaign at work on the same variant, and is left alone."""
+    for stale in out.parent.glob(out.name + ".tmp-*"):
+        pid = stale.name.rsplit(".tmp-", 1)[1].split(".")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
 
 class WorkerQuantizer:
@@ -51,6 +65,7 @@ class WorkerQuantizer:
             return out  # cached
         if not self.runtime.exists():
             raise MissingEnvError(f"the {self.name} environment", self.runtime.location, self.install_hint)
+        _clear_abandoned(out)
         tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)

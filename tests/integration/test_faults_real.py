@@ -20,6 +20,19 @@ from .conftest import ROOT, count_records, subprocess_env
 pytestmark = pytest.mark.slow
 
 
+def _run_until_records(cfg: Path, db: Path, log: Path, n: int = 3) -> tuple[subprocess.Popen, psutil.Process]:
+    """`qeval run` in the background until the baseline has n records; returns it and its one vLLM server."""
+    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
+                           stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while count_records(db, "bf16") < n:
+        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    servers = [p for p in psutil.Process(cli.pid).children() if "vllm" in " ".join(p.cmdline())]
+    assert len(servers) == 1
+    return cli, servers[0]
+
+
 def test_engine_killed_mid_suite_is_restarted_and_resumed(base_model, tmp_path):
     bad = tmp_path / "broken-ckpt"
     bad.mkdir()
@@ -42,16 +55,8 @@ mlflow: {{enabled: false}}
 """)
     db = tmp_path / "runs" / "faults" / "results.sqlite"
     log = tmp_path / "cli.log"
-    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
-                           stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while count_records(db, "bf16") < 3:
-        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
-    # kill the engine (not qeval) while the first suite is under way
-    servers = [p for p in psutil.Process(cli.pid).children() if "vllm" in " ".join(p.cmdline())]
-    assert len(servers) == 1
-    for p in [servers[0], *servers[0].children(recursive=True)]:
+    cli, server = _run_until_records(cfg, db, log)
+    for p in [server, *server.children(recursive=True)]:  # kill the engine (not qeval) mid-suite
         p.kill()
     rc = cli.wait(timeout=1200)
     text = log.read_text()
@@ -155,16 +160,9 @@ mlflow: {{enabled: false}}
 """)
     db = tmp_path / "runs" / "hang" / "results.sqlite"
     log = tmp_path / "cli.log"
-    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
-                           stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while count_records(db, "bf16") < 3:
-        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.1)
-    servers = [p for p in psutil.Process(cli.pid).children() if "vllm" in " ".join(p.cmdline())]
-    assert len(servers) == 1
+    cli, server = _run_until_records(cfg, db, log)
     hung_at = time.monotonic()
-    for p in [servers[0], *servers[0].children(recursive=True)]:
+    for p in [server, *server.children(recursive=True)]:
         p.suspend()
     while "engine failed" not in log.read_text():
         assert time.monotonic() - hung_at < 120, log.read_text()[-3000:]  # 3 tries x 8 s, plus the health check
@@ -173,7 +171,7 @@ mlflow: {{enabled: false}}
     text = log.read_text()
     assert rc == 0, text[-3000:]
     assert "restart 1 of 1" in text
-    assert not psutil.pid_exists(servers[0].pid)  # the hung server was ended, not left behind
+    assert not psutil.pid_exists(server.pid)  # the hung server was ended, not left behind
     rec = RunRecord.load(tmp_path / "runs" / "hang" / "run.json")
     bf16 = next(v for v in rec.variants if v.name == "bf16")
     assert bf16.restarts == 1 and bf16.status == "ok" and rec.verdicts == {"same": "PASS"}

@@ -198,3 +198,11 @@ def test_python_scorer_bad_values_name_the_descriptor_and_item(plugin, fn, says)
     with pytest.raises(ConfigError) as e:
         score(suite, suite.items[0], "anything")
     assert str(e.value).startswith(f"{d}:scorer 'python': ") and says in str(e.value), str(e.value)
+
+
+def test_the_example_json_suite_loads():
+    suite = load_suite(Path(__file__).resolve().parents[2] / "suites" / "custom" / "json_facts.yaml")
+    assert len(suite.items) == 26 and [s.name for s in suite.scorers] == ["json_schema", "json_valid", "year"]
+    assert suite.primary == "json_schema"
+    assert suite.scorers[0]('```json\n{"name": "Suez Canal", "year": 1869}\n```', "1869") == 1.0
+    assert suite.scorers[0]('{"name": "Suez Canal", "year": 1869, "person": {"name": "x"}}', "1869") == 0.0

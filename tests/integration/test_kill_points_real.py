@@ -1,0 +1,102 @@
+"""SIGKILL of `qeval run` at one stage after another (server start, the probe, quantization, MLflow
+logging), each time run again: at the end every per-item record is there once and the results equal
+an uninterrupted run's (greedy decoding)."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from qeval.record import RunRecord
+from qeval.settings import Settings
+
+from .conftest import ROOT, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+# the stage's first log line, and how long after it the kill lands (all within the stage)
+KILL_POINTS = [("[bf16] starting the vllm engine", 3.0), ("[bf16] latency probe", 0.3),
+               ("[w4] quantizing", 2.0), ("MLflow server up at", 0.2)]
+
+
+def _config(tmp_path: Path, model: Path, out: Path) -> Path:
+    cfg = tmp_path / f"{out.name}.yaml"
+    cfg.write_text(f"""
+name: kills
+model: {{path: {model}}}
+output_dir: {out}
+baseline: {{name: bf16, method: bf16}}
+variants:
+  - {{name: w4, method: rtn, recipe: {{group_size: 32}}}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
+suites:
+  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
+  - {{kind: logprobs, name: pydoc, chunks: 8, top_k: 5}}
+probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 8, warmup_requests: 1, prompt_tokens: 32, output_tokens: 8}}
+gates: {{rules: [{{match: "*", margin: 0.5}}]}}
+mlflow: {{server: true}}
+""")
+    return cfg
+
+
+def _run(cfg: Path, log: Path, kill_at: tuple[str, float] | None) -> int | None:
+    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(COLUMNS="200"),
+                           stdout=log.open("w"), stderr=subprocess.STDOUT)
+    if kill_at is None:
+        return cli.wait(timeout=900)
+    marker, delay = kill_at
+    deadline = time.monotonic() + 600
+    while marker not in log.read_text():
+        assert cli.poll() is None and time.monotonic() < deadline, (marker, log.read_text()[-3000:])
+        time.sleep(0.05)
+    time.sleep(delay)
+    children = psutil.Process(cli.pid).children(recursive=True)
+    cli.send_signal(signal.SIGKILL)
+    cli.wait()
+    _, alive = psutil.wait_procs(children, timeout=60)  # servers and workers die with their parent
+    assert not alive, [p.cmdline()[:4] for p in alive]
+    return None
+
+
+def _scores(db: Path) -> dict[tuple[str, str, str], str]:
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT variant, suite, item_id, scores FROM records").fetchall()
+    assert len(rows) == len({(v, s, i) for v, s, i, _ in rows})  # nothing stored twice
+    return {(v, s, i): sc for v, s, i, sc in rows}
+
+
+def test_killed_at_every_stage_then_resumed_equals_uninterrupted(tmp_path):
+    settings = Settings.from_env()
+    model = tmp_path / "tiny-llama"
+    subprocess.run([str(settings.llmc.python), str(ROOT / "scripts/make-random-llama.py"), str(model),
+                    "--tokenizer", str(settings.models / "smollm2-135m-instruct"), "--tiny"], check=True,
+                   capture_output=True, timeout=300)
+    # a nonce in the checkpoint makes its hash (the variant cache key) new: the quantization really runs
+    (model / "nonce.txt").write_text(str(time.time_ns()))
+    killed = _config(tmp_path, model, tmp_path / "killed")
+    for i, point in enumerate(KILL_POINTS):
+        _run(killed, tmp_path / f"kill-{i}.log", point)
+    rc = _run(killed, tmp_path / "last.log", None)
+    assert rc in (0, 1), (tmp_path / "last.log").read_text()[-3000:]
+    ref = _config(tmp_path, model, tmp_path / "ref")
+    assert _run(ref, tmp_path / "ref.log", None) in (0, 1)
+
+    got, want = _scores(tmp_path / "killed" / "kills" / "results.sqlite"), _scores(tmp_path / "ref" / "kills" / "results.sqlite")
+    assert got.keys() == want.keys() and len(got) == 2 * (40 + 8)
+    assert got == want  # greedy decoding: the interrupted run scored every item as the uninterrupted one did
+    a, b = (RunRecord.load(tmp_path / d / "kills" / "run.json") for d in ("killed", "ref"))
+    assert a.verdicts == b.verdicts and a.finished_at
+    assert [(c.suite, c.metric, c.delta) for c in a.comparisons] == [(c.suite, c.metric, c.delta) for c in b.comparisons]
+    assert all(v.probe for v in a.variants)  # the probe killed part-way was redone whole
+    made = next(v for v in a.variants if v.name == "w4").checkpoint
+    assert not list(Path(made).parent.glob(Path(made).name + ".tmp-*"))  # no half-quantized folder left
+    import shutil
+
+    shutil.rmtree(made)  # this test's own variant: nothing else will use it
