@@ -50,6 +50,7 @@ class Plan:
     lmeval: list[tuple[object, list[LmEvalTask]]]  # (LmEvalSuiteRef, tasks)
     base_checkpoint: Path
     logprobs: list[LogprobsSuite] = field(default_factory=list)
+    concurrency: dict[str, int] = field(default_factory=dict)  # per custom suite key
 
 
 @dataclass
@@ -97,7 +98,8 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
                 raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
                                   "logprobs; TGI serves neither (use custom and logprobs suites)", file=config_file,
                                   where=f"variant {v.name}: engine.kind")
-    custom = [load_suite(s.path) for s in cfg.suites if isinstance(s, CustomSuiteRef)]
+    refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
+    custom = [load_suite(s.path) for s in refs]
     lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
     for v in cfg.all_variants():
@@ -119,7 +121,8 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
         if spec.backend == "tensorrt" and v.quantizer != "trtllm" and v.method != "checkpoint":
             raise ConfigError("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or "
                               "method: checkpoint with an engine folder", file=config_file, where=where)
-    return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs)
+    return Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
+                concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
 
 
 @contextmanager
@@ -263,7 +266,8 @@ class Campaign:
             timeout = spec.request_timeout_s
             for suite in p.custom:
                 self._itemwise(v, vkey, store, f"custom/{suite.name}", suite.key, len(suite.items),
-                               lambda done, sink, s=suite: run_custom(s, endpoint, done, sink, timeout_s=timeout))
+                               lambda done, sink, s=suite: run_custom(s, endpoint, done, sink, timeout_s=timeout,
+                                                                      concurrency=p.concurrency.get(s.key, 8)))
             for lp in p.logprobs:
                 self._itemwise(v, vkey, store, lp.suite, lp.key, len(lp.chunks),
                                lambda done, sink, s=lp: run_logprobs(s, endpoint, done, sink, timeout_s=timeout),

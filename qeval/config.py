@@ -150,6 +150,7 @@ class ScorerSpec(Strict):
 class CustomSuiteRef(Strict):
     kind: Literal["custom"]
     path: Path  # the suite's YAML descriptor
+    concurrency: int = Field(8, gt=0, le=1024)  # requests in flight: enough to keep the server's batch full
 
 
 class LmEvalSuiteRef(Strict):
