@@ -61,3 +61,19 @@ def test_task_data_cannot_escape_its_roots(tmp_path):
                                   "dataset_kwargs:\n  data_files:\n    test: '{qeval_data}/ok.jsonl'\n")
     (data / "ok.jsonl").write_text('{"q": 1}\n')
     assert [t.output_type for t in resolve_tasks(ref, data, "c.yaml")] == ["generate_until"]
+
+
+def test_suite_files_stay_in_the_suite_folder(tmp_path):
+    from qeval.suites.custom import load_suite
+
+    (tmp_path / "outside.jsonl").write_text('{"id": "1", "prompt": "p", "reference": "r"}\n')
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    d = suite / "s.yaml"
+    d.write_text("name: s\nitems: ../outside.jsonl\nscorers: [{kind: exact}]\n")
+    with pytest.raises(ConfigError, match="outside the suite's folder") as e:
+        load_suite(d)
+    assert str(d) in str(e.value) and "items" in str(e.value)
+    (suite / "in.jsonl").write_text('{"id": "1", "prompt": "p", "reference": "r"}\n')
+    d.write_text("name: s\nitems: in.jsonl\nscorers: [{kind: exact}]\n")
+    assert len(load_suite(d).items) == 1

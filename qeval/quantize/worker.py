@@ -61,11 +61,11 @@ class WorkerQuantizer:
 
     def quantize(self, base: Path, variant: "VariantSpec", out: Path, log: Path,
                  progress: Callable[[str], None] | None = None) -> Path:
+        _clear_abandoned(out)  # what a killed run left, also when another run has since finished the variant
         if (out / self.done_file).is_file():
             return out  # cached
         if not self.runtime.exists():
             raise MissingEnvError(f"the {self.name} environment", self.runtime.location, self.install_hint)
-        _clear_abandoned(out)
         tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)

@@ -116,19 +116,31 @@ def load_items(path: Path) -> list[Item]:
     return items
 
 
+def _beside(descriptor: Path, p: Path, where: str) -> Path:
+    """A path the descriptor names: absolute as given (the campaign's author chose it); relative ones
+    must stay in the descriptor's folder, so that a suite copied from elsewhere reads only its own files."""
+    if p.is_absolute():
+        return p
+    root = descriptor.parent.resolve()
+    out = (root / p).resolve()
+    if not out.is_relative_to(root):
+        raise ConfigError(f"{p} leads outside the suite's folder ({root})", file=str(descriptor), where=where)
+    return out
+
+
 def load_suite(path: Path) -> CustomSuite:
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (the suite descriptor)", file=str(path))
     desc: SuiteDescriptor = parse_model(SuiteDescriptor, data, str(path), node)
-    items_path = desc.items if desc.items.is_absolute() else (path.parent / desc.items).resolve()
+    items_path = _beside(path, desc.items, "items")
     if not items_path.is_file():
         raise ConfigError(f"items file {items_path} does not exist", file=str(path), where="items")
     key_parts = {"descriptor": desc.model_dump(mode="json", exclude=_unset_later_fields(desc))}
     specs = []
     for i, spec in enumerate(desc.scorers):
         if spec.schema_file is not None:  # relative to the descriptor; its content is part of the key
-            f = spec.schema_file if spec.schema_file.is_absolute() else (path.parent / spec.schema_file).resolve()
+            f = _beside(path, spec.schema_file, f"scorers.{i}.schema_file")
             if not f.is_file():
                 raise ConfigError(f"schema_file {f} does not exist", file=str(path), where=f"scorers.{i}.schema_file")
             key_parts[f"schema_file.{i}"] = file_hash(f)

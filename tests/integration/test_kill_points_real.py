@@ -1,6 +1,6 @@
-"""SIGKILL of `qeval run` at one stage after another (server start, the probe, quantization, MLflow
-logging), each time run again: at the end every per-item record is there once and the results equal
-an uninterrupted run's (greedy decoding)."""
+"""SIGKILL of `qeval run` at one stage after another (server start, an lm-eval task, the probe,
+quantization, MLflow logging), each time run again: at the end every per-item record is there once
+and the results equal an uninterrupted run's (greedy decoding)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .conftest import ROOT, subprocess_env
 pytestmark = pytest.mark.slow
 
 # the stage's first log line, and how long after it the kill lands (all within the stage)
-KILL_POINTS = [("[bf16] starting the vllm engine", 3.0), ("[bf16] latency probe", 0.3),
+KILL_POINTS = [("[bf16] starting the vllm engine", 3.0), ("[bf16] lm-eval", 4.0), ("[bf16] latency probe", 0.3),
                ("[w4] quantizing", 2.0), ("MLflow server up at", 0.2)]
 
 
@@ -39,6 +39,7 @@ engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
   - {{kind: logprobs, name: pydoc, chunks: 8, top_k: 5}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_1_digit_addition], limit: 20}}
 probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 8, warmup_requests: 1, prompt_tokens: 32, output_tokens: 8}}
 gates: {{rules: [{{match: "*", margin: 0.5}}]}}
 mlflow: {{server: true}}
@@ -89,7 +90,7 @@ def test_killed_at_every_stage_then_resumed_equals_uninterrupted(tmp_path):
     assert _run(ref, tmp_path / "ref.log", None) in (0, 1)
 
     got, want = _scores(tmp_path / "killed" / "kills" / "results.sqlite"), _scores(tmp_path / "ref" / "kills" / "results.sqlite")
-    assert got.keys() == want.keys() and len(got) == 2 * (40 + 8)
+    assert got.keys() == want.keys() and len(got) == 2 * (40 + 8 + 20)
     assert got == want  # greedy decoding: the interrupted run scored every item as the uninterrupted one did
     a, b = (RunRecord.load(tmp_path / d / "kills" / "run.json") for d in ("killed", "ref"))
     assert a.verdicts == b.verdicts and a.finished_at
