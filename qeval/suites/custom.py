@@ -51,6 +51,7 @@ class Item(Strict):
     messages: list[Message] | None = None
     reference: str | list[str]
     group: str | None = None
+    metadata: dict[str, Any] = {}  # free-form (difficulty, source, ...): kept with each record, not scored
 
     @model_validator(mode="after")
     def _one_input(self) -> "Item":
@@ -126,6 +127,11 @@ def _beside(descriptor: Path, p: Path, where: str) -> Path:
     if not out.is_relative_to(root):
         raise ConfigError(f"{p} leads outside the suite's folder ({root})", file=str(descriptor), where=where)
     return out
+
+
+def _doc_hash(item: Item) -> str:
+    # without metadata an item hashes as it did before the field existed, so stored results still pair
+    return stable_hash(item.model_dump(mode="json", exclude=set() if item.metadata else {"metadata"}))
 
 
 def load_suite(path: Path) -> CustomSuite:
@@ -225,10 +231,12 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
             scores = {s.name: sum(p[s.name] for p in per_sample) / len(per_sample) for s in suite.scorers}
             extra = {} if len(seeds) == 1 else {"samples": [{"seed": seed, "response": response, "scores": p}
                                                             for seed, response, p in zip(seeds, responses, per_sample)]}
+            if item.metadata:
+                extra["metadata"] = item.metadata
             _, payload = _request(item, gen, endpoint.model, seeds[0])
             prompt_hash = stable_hash(payload | {"model": None, "seed": seeds[0] if len(seeds) == 1 else seeds})
             sink([Record(item_id=item.id, scores=scores, prompt_hash=prompt_hash,
-                         doc_hash=stable_hash(item.model_dump(mode="json")), group=item.group, response=responses[0],
+                         doc_hash=_doc_hash(item), group=item.group, response=responses[0],
                          extra=extra)])
 
         await asyncio.gather(*(one(i) for i in todo))

@@ -132,3 +132,14 @@ def test_sample_means_are_compared_as_continuous_scores(tmp_path):
     c = compare_metric("q", "custom/s", "m", True, align("s", base, cand), GateRule(), GatePolicy())
     assert not c.binary and c.p_method and "wilcoxon" in c.p_method.lower() and c.flips_base_only is None
     assert c.delta == pytest.approx(-0.1875)
+
+
+def test_item_metadata_is_kept_and_old_items_hash_as_before():
+    from qeval.hashing import stable_hash
+    from qeval.suites.custom import Item, _doc_hash
+
+    plain = Item(id="1", prompt="p", reference="r")
+    # the hash an item had before `metadata` existed: stored runs keep pairing with new ones
+    assert _doc_hash(plain) == stable_hash({"id": "1", "prompt": "p", "messages": None, "reference": "r", "group": None})
+    tagged = Item(id="1", prompt="p", reference="r", metadata={"difficulty": "hard", "source": "atlas"})
+    assert _doc_hash(tagged) != _doc_hash(plain)  # a changed item is a different item
