@@ -171,7 +171,9 @@ class LogprobsSuiteRef(Strict):
 
     kind: Literal["logprobs"]
     name: Name = "corpus"
-    corpus: str = "pydoc"  # "pydoc": held-out Python reference text shipped with CPython; or a UTF-8 file
+    # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":
+    # a custom suite's own prompts, one chunk each (how the variant sees the inputs it is graded on)
+    corpus: str = "pydoc"
     chunks: int = Field(32, gt=1)
     chunk_chars: int = Field(1200, ge=100)
     top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
@@ -247,6 +249,8 @@ class ProbeSpec(Strict):
     stop_after_saturation: bool = True
     # SLOs, e.g. {ttft_p95_ms: 1000, tpot_p95_ms: 100}: the report names the largest load meeting them
     slo: dict[str, float] = {}
+    # per-request SLOs for goodput (requests/s meeting all of them), e.g. {ttft_ms: 500, tpot_ms: 50}
+    goodput_slo: dict[str, float] = {}
 
     @field_validator("slo")
     @classmethod
@@ -255,6 +259,14 @@ class ProbeSpec(Strict):
         bad = sorted(set(v) - allowed)
         if bad:
             raise ValueError(f"unknown SLO keys {bad}; use e.g. ttft_p95_ms, tpot_p99_ms")
+        return v
+
+    @field_validator("goodput_slo")
+    @classmethod
+    def _per_request_keys(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(set(v) - {"ttft_ms", "tpot_ms", "e2e_ms"})
+        if bad or any(x <= 0 for x in v.values()):
+            raise ValueError(f"goodput_slo takes positive ttft_ms / tpot_ms / e2e_ms (per request); got {sorted(v)}")
         return v
 
 
@@ -507,6 +519,13 @@ def load_policy(path: Path) -> GatePolicy:
     return parse_model(GatePolicy, data, str(path), node)
 
 
+def _resolve_corpus(corpus: str, base: Path) -> str:
+    if corpus == "pydoc":
+        return corpus
+    prefix = "suite:" if corpus.startswith("suite:") else ""
+    return prefix + str(_resolve(Path(corpus.removeprefix(prefix)), base))
+
+
 def load_config(path: str | Path) -> CampaignConfig:
     """Read and validate a campaign file. Relative paths are taken from the file's folder."""
     path = Path(path)
@@ -517,7 +536,7 @@ def load_config(path: str | Path) -> CampaignConfig:
     base = path.resolve().parent
     suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if s.kind == "custom"
               else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if s.kind == "lm_eval"
-              else s.model_copy(update={"corpus": s.corpus if s.corpus == "pydoc" else str(_resolve(Path(s.corpus), base))})
+              else s.model_copy(update={"corpus": _resolve_corpus(s.corpus, base)})
               for s in cfg.suites]
     variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base)}) for v in cfg.variants]
     baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
@@ -538,7 +557,7 @@ def load_config(path: str | Path) -> CampaignConfig:
         raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
     for s in cfg.suites:
         if s.kind == "logprobs":
-            if s.corpus != "pydoc" and not _resolve(Path(s.corpus), base).is_file():
+            if s.corpus != "pydoc" and not Path(s.corpus.removeprefix("suite:")).is_file():
                 raise ConfigError(f"corpus {s.corpus} does not exist", file=str(path), where="suites: logprobs")
             continue
         target = s.path if s.kind == "custom" else s.include_path

@@ -39,6 +39,9 @@ class StepSummary:
     # the engine's own /metrics over the step (server_metrics.summarize), and why figures are missing
     server: dict[str, float] = field(default_factory=dict)
     server_note: str = ""
+    # requests per second that met every per-request SLO (ProbeSpec.goodput_slo), as `vllm bench serve
+    # --goodput` counts them; None without such SLOs
+    goodput: float | None = None
 
     def flat(self) -> dict[str, float]:
         out = {"request_throughput": self.request_throughput, "output_throughput": self.output_throughput,
@@ -47,10 +50,22 @@ class StepSummary:
             for stat, v in getattr(self, name).items():
                 out[f"{name.removesuffix('_ms')}_{stat}_ms"] = v
         out.update({f"server_{k}": v for k, v in self.server.items()})
+        if self.goodput is not None:
+            out["goodput"] = self.goodput
         return out
 
 
-def summarize(kind: str, load: float, run: StepRun, server: ServerView | None = None) -> StepSummary:
+def good_requests(results: list[RequestResult], slo: dict[str, float]) -> int:
+    """Requests that completed within every per-request SLO (ttft_ms, tpot_ms, e2e_ms)."""
+    def meets(r: RequestResult) -> bool:
+        got = {"ttft_ms": r.ttft, "tpot_ms": r.tpot, "e2e_ms": r.e2e}
+        return all(got[k] is not None and got[k] * 1000.0 <= limit for k, limit in slo.items())
+
+    return sum(1 for r in results if r.ok and meets(r))
+
+
+def summarize(kind: str, load: float, run: StepRun, server: ServerView | None = None,
+              goodput_slo: dict[str, float] | None = None) -> StepSummary:
     ok = [r for r in run.results if r.ok]
     ms = 1000.0
     out_tokens = sum(r.output_tokens for r in ok)
@@ -63,7 +78,8 @@ def summarize(kind: str, load: float, run: StepRun, server: ServerView | None = 
         tpot_ms=dist([r.tpot * ms for r in ok if r.tpot is not None]).as_dict(),
         itl_ms=dist([x * ms for r in ok for x in r.itls]).as_dict(),
         e2e_ms=dist([r.e2e * ms for r in ok]).as_dict(),
-        server=dict(server.figures) if server else {}, server_note=server.note if server else "")
+        server=dict(server.figures) if server else {}, server_note=server.note if server else "",
+        goodput=(good_requests(run.results, goodput_slo) / run.wall if run.wall else 0.0) if goodput_slo else None)
 
 
 @dataclass
@@ -119,7 +135,7 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
     def record(kind: str, load: float, start: Callable[[], Coroutine[Any, Any, StepRun]]) -> None:
         with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s) as scraper:
             run = asyncio.run(start())
-        s = summarize(kind, load, run, scraper.view(expected_requests=len(run.results)))
+        s = summarize(kind, load, run, scraper.view(expected_requests=len(run.results)), spec.goodput_slo)
         steps.append(s)
         rows.extend(_rows(kind, load, run.results))
         if on_step:

@@ -83,11 +83,11 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 | {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
 {% endfor %}
 
-| variant | load | requests (errors) | output tok/s | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | load | requests (errors) | output tok/s | goodput (req/s) | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% for st in v.probe.steps -%}
-| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
+| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.2f" % st.get("goodput") if st.get("goodput") is not none else "-" }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
 {% endfor %}
 {% if served_view %}

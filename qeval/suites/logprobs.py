@@ -49,10 +49,21 @@ def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:
         raise ConfigError(f"cannot read corpus {ref.corpus}: {e}", file=config_file, where="suites: logprobs") from None
 
 
+def _suite_prompts(ref: LogprobsSuiteRef) -> list[str]:
+    """A custom suite's own inputs, one chunk per item: a prompt, or its messages' contents in order."""
+    from .custom import load_suite
+
+    suite = load_suite(Path(ref.corpus.removeprefix("suite:")))
+    return [i.prompt if i.prompt is not None else "\n".join(m.content for m in i.messages) for i in suite.items]
+
+
 def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> LogprobsSuite:
-    text = " ".join(_corpus(ref, config_file).split())  # whitespace runs add nothing but tokens
-    step = ref.chunk_chars
-    chunks = [text[i:i + step] for i in range(0, len(text) - step + 1, step)][:ref.chunks]
+    if ref.corpus.startswith("suite:"):
+        chunks = _suite_prompts(ref)[:ref.chunks]
+    else:
+        text = " ".join(_corpus(ref, config_file).split())  # whitespace runs add nothing but tokens
+        step = ref.chunk_chars
+        chunks = [text[i:i + step] for i in range(0, len(text) - step + 1, step)][:ref.chunks]
     if len(chunks) < 2:
         raise ConfigError(f"corpus {ref.corpus} is too short for {ref.chunk_chars}-character chunks",
                           file=config_file, where="suites: logprobs")

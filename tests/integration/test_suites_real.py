@@ -105,3 +105,20 @@ def test_logprobs_suite_perplexity_and_self_agreement(server):
     same = compare_chunks(sorted(a, key=lambda r: r.item_id), sorted(b, key=lambda r: r.item_id))
     assert same.mismatched == [] and len(same.ids) == 4
     assert same.kl.max() < 1e-6 and same.top1.min() == 1.0  # a variant against itself
+
+
+def test_logprobs_over_a_suites_own_prompts(server):
+    """`corpus: suite:DESCRIPTOR`: the distribution probe reads the prompts the variant is graded on."""
+    from qeval.config import LogprobsSuiteRef
+    from qeval.suites.logprobs import load_logprobs_suite, perplexity, run_logprobs
+
+    _, endpoint = server
+    desc = ROOT / "suites/custom/capitals.yaml"
+    suite = load_logprobs_suite(LogprobsSuiteRef(kind="logprobs", name="capitals-prompts", corpus=f"suite:{desc}",
+                                                 chunks=10, top_k=5))
+    prompts = [i.prompt for i in load_suite(desc).items[:10]]
+    assert suite.chunks == prompts
+    got = []
+    assert run_logprobs(suite, endpoint, set(), got.extend) == 10
+    assert all(len(r.extra["tokens"]) >= 3 for r in got)
+    assert 1 < perplexity(got) < 1000

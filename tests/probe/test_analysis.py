@@ -49,3 +49,19 @@ def test_kv_cache_size_from_the_vllm_log():
     gpu = "Available KV cache memory: 103.1 GiB\nGPU KV cache size: 843,776 tokens"
     assert parse_kv_cache(gpu) == (843776, 103.1)
     assert parse_kv_cache("nothing here") == (None, None)
+
+
+def test_goodput_counts_requests_within_every_per_request_slo():
+    from qeval.probe.client import StepRun
+    from qeval.probe.latency import good_requests, summarize
+
+    rs = [RequestResult(ok=True, start=0.0, ttft=0.1, e2e=1.1, output_tokens=11),   # tpot 100 ms
+          RequestResult(ok=True, start=0.0, ttft=0.6, e2e=1.1, output_tokens=11),   # ttft 600 ms
+          RequestResult(ok=True, start=0.0, ttft=0.1, e2e=3.1, output_tokens=11),   # tpot 300 ms
+          RequestResult(ok=False, start=0.0, ttft=0.1, e2e=0.2, output_tokens=0)]   # an error never counts
+    assert good_requests(rs, {"ttft_ms": 500}) == 2
+    assert good_requests(rs, {"ttft_ms": 500, "tpot_ms": 150}) == 1
+    assert good_requests(rs, {}) == 3
+    s = summarize("concurrency", 4, StepRun(results=rs, wall=2.0, client_cpu=0.1), None, {"ttft_ms": 500})
+    assert s.goodput == 1.0 and s.flat()["goodput"] == 1.0  # 2 good requests in 2 s
+    assert summarize("concurrency", 4, StepRun(results=rs, wall=2.0, client_cpu=0.1)).goodput is None
