@@ -93,6 +93,8 @@ def probe_history(record: RunRecord, name: str) -> list[tuple[str, float, int]]:
         out += [("latency/output_throughput", s["output_throughput"], step),
                 ("latency/request_throughput", s["request_throughput"], step),
                 ("latency/client_cpu_share", s["client_cpu_share"], step)]
+        if s.get("goodput") is not None:
+            out.append(("latency/goodput", s["goodput"], step))
         for fam in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             for stat in ("p50", "p95", "p99"):
                 val = s[fam][stat]
