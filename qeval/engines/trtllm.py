@@ -9,7 +9,8 @@ NVIDIA's own package index. What differs from vLLM, and what qeval does about it
 - with backend "tensorrt" the model is an engine built for one GPU architecture with max_batch_size,
   max_seq_len and max_num_tokens fixed (quantizer "trtllm" builds and caches it); the probe's
   concurrency may not exceed max_batch_size (checked when the campaign file is read);
-- /metrics is a JSON list of iteration stats, not Prometheus text.
+- /metrics is a JSON list of iteration stats, not Prometheus text;
+- memory is VllmEngine's: RSS and NVML (its log has none of vLLM's KV-cache / weights lines).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import MissingEnvError
-from .base import ENGINES, EngineMemory
-from .gpu import engine_gpu_memory
+from .base import ENGINES
 from .vllm import VllmEngine
 
 if TYPE_CHECKING:
@@ -65,8 +65,3 @@ class TrtllmEngine(VllmEngine):
         import os
 
         return self.runtime.env(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
-
-    def memory(self) -> EngineMemory:
-        gpu = engine_gpu_memory(self.server.pids()) if self.server else None
-        return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None,
-                            gpu_bytes=gpu.bytes if gpu else None)

@@ -11,17 +11,14 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, subprocess_env, tiny_llama
 
 pytestmark = pytest.mark.slow
 
 
 def test_two_campaigns_at_once(tmp_path):
     settings = Settings.from_env()
-    model = tmp_path / "tiny-llama"  # a tiny random Llama: both campaigns quantize it, from scratch, at once
-    subprocess.run([str(settings.llmc.python), str(ROOT / "scripts/make-random-llama.py"), str(model),
-                    "--tokenizer", str(settings.models / "smollm2-135m-instruct"), "--tiny"], check=True,
-                   capture_output=True, timeout=300)
+    model = tiny_llama(settings, tmp_path / "tiny-llama")  # both campaigns quantize it, from scratch, at once
     before = set(settings.variants.glob(f"{model.name}-rtn-*.tmp-*"))  # another run's debris is not ours to judge
     procs, cfgs = [], []
     for name in ("one", "two"):

@@ -17,7 +17,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, subprocess_env, tiny_llama
 
 pytestmark = pytest.mark.slow
 
@@ -75,10 +75,7 @@ def _scores(db: Path) -> dict[tuple[str, str, str], str]:
 
 def test_killed_at_every_stage_then_resumed_equals_uninterrupted(tmp_path):
     settings = Settings.from_env()
-    model = tmp_path / "tiny-llama"
-    subprocess.run([str(settings.llmc.python), str(ROOT / "scripts/make-random-llama.py"), str(model),
-                    "--tokenizer", str(settings.models / "smollm2-135m-instruct"), "--tiny"], check=True,
-                   capture_output=True, timeout=300)
+    model = tiny_llama(settings, tmp_path / "tiny-llama")
     # a nonce in the checkpoint makes its hash (the variant cache key) new: the quantization really runs
     (model / "nonce.txt").write_text(str(time.time_ns()))
     killed = _config(tmp_path, model, tmp_path / "killed")
