@@ -28,7 +28,9 @@ def test_server_view_of_each_step(server):
     """vLLM's own /metrics around each step: its counts match the client's, and its queue time and TTFT
     are plausible beside the client's TTFT (the server starts its clock later and stops it no later)."""
     _, endpoint = server
-    spec = ProbeSpec(enabled=True, concurrency=[1, 4], rates=[4.0], prompt_tokens=64, output_tokens=24,
+    # 64 output tokens: the c=4 step lasts ~3 s, so the 0.2 s gauge reads land inside it even when the
+    # server answers /metrics late (a 24-token step of 1.2 s once saw no read with a request running)
+    spec = ProbeSpec(enabled=True, concurrency=[1, 4], rates=[4.0], prompt_tokens=64, output_tokens=64,
                      requests_per_step=8, warmup_requests=2)
     res = run_probe(spec, endpoint, scrape_interval_s=0.2)
     for s in res.steps:
