@@ -4,7 +4,7 @@
 - true delta = 0 at the planned n: it must PASS at least 1 - beta of the time (power).
 Binary and continuous metrics, with and without clustering (items sharing a group).
 
-Run: .venv/bin/python benchmarks/simulate_gates.py [--reps 2000]
+Run: .venv/bin/python benchmarks/simulate_gates.py [--reps 2000] [--reps-clustered 10000]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from qeval.compare import Paired, compare_metric
 from qeval.config import GatePolicy, GateRule
 from qeval.gates import evaluate
-from qeval.stats import n_required
+from qeval.stats import clustered_mean_delta, n_required
 
 
 def binary_pair(rng, n, p_base, p_disc, delta):
@@ -41,10 +41,12 @@ def continuous_pair(rng, n, delta, sd, groups=None):
     return b, b + delta + noise
 
 
-def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None = None) -> tuple[float, float]:
+def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None = None,
+                   cr1: bool = False) -> tuple[float, float, float | None]:
+    """Share of PASS and of INCONCLUSIVE verdicts; with cr1, also how often the CR1 bound would pass."""
     rule = GateRule(margin=margin, alpha=0.05, beta=0.2, planning_flip_rate=0.1, planning_sd=sd)
     policy = GatePolicy(rules=[rule], bootstrap_resamples=2000)
-    passed = inconclusive = 0
+    passed = inconclusive = cr1_passed = 0
     for r in range(reps):
         b, c = make(np.random.default_rng(r))
         n = len(b)
@@ -55,12 +57,29 @@ def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None
         [g] = evaluate(policy, [comp], ["v"])
         passed += g.verdict == "PASS"
         inconclusive += g.verdict == "INCONCLUSIVE"
-    return passed / reps, inconclusive / reps
+        if cr1:  # the same data through the CR1 interval the gate used before (no INCONCLUSIVE here: mde < margin)
+            cr1_passed += clustered_mean_delta(b, c, gl, confidence=0.9, adjustment="CR1").ci_low > -margin
+    return passed / reps, inconclusive / reps, cr1_passed / reps if cr1 else None
+
+
+def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd: float) -> None:
+    n = len(groups)
+    sizes = np.bincount(groups)
+    deff = 1 + 0.5 * ((sizes ** 2).sum() / n - 1)  # variance of the mean over the unclustered one, ICC 0.5
+    print(f"continuous, clustered, {label}: {len(sizes)} groups of {sizes.min()}..{sizes.max()} items, n = {n}, "
+          f"design effect {deff:.2f} (the planned n assumed 2)")
+    fp, _, fp1 = gate_pass_rate(lambda g: continuous_pair(g, n, -margin, sd, groups), reps, margin, groups, sd, True)
+    pw, inc, pw1 = gate_pass_rate(lambda g: continuous_pair(g, n, 0.0, sd, groups), reps, margin, groups, sd, True)
+    mc = math.sqrt(0.05 * 0.95 / reps)
+    print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05; Monte Carlo se {mc:.4f}); "
+          f"CR1 on the same data {fp1:.4f}")
+    print(f"  true delta = 0:       pass rate {pw:.4f}; inconclusive {inc:.4f}; CR1 {pw1:.4f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--reps-clustered", type=int, default=None, help="reps for the clustered rows (default: --reps)")
     args = ap.parse_args()
     margin, p_disc = 0.05, 0.10
     n_bin = n_required(margin, math.sqrt(p_disc), binary=True)
@@ -68,23 +87,25 @@ def main() -> None:
     n_cont = n_required(margin, sd)
     print(f"reps={args.reps}, margin={margin}, alpha=0.05, beta=0.2")
     print(f"binary: flip rate {p_disc}, planned n = {n_bin}")
-    fp, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, -margin), args.reps, margin)
-    pw, inc = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, 0.0), args.reps, margin)
-    print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
-    print(f"  true delta = 0:       pass rate (power) {pw:.3f} (target >= 0.80); inconclusive {inc:.3f}")
+    fp, _, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, -margin), args.reps, margin)
+    pw, inc, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, 0.0), args.reps, margin)
+    print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
+    print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
     print(f"continuous: sd(d) {sd}, planned n = {n_cont}")
-    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
-    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
-    print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
-    print(f"  true delta = 0:       pass rate (power) {pw:.3f} (target >= 0.80); inconclusive {inc:.3f}")
-    n_groups = 40
+    fp, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
+    pw, inc, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
+    print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
+    print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
+    # intra-cluster correlation 1/2 in groups of 3 doubles the variance of the mean: twice the planned n
     n_cl = n_cont * 2
-    groups = np.repeat(np.arange(n_groups), math.ceil(n_cl / n_groups))[:n_cl]
-    print(f"continuous, clustered: {n_groups} groups, n = {n_cl} (clustered-t interval)")
-    fp, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cl, -margin, sd, groups), args.reps, margin, groups, sd)
-    pw, inc = gate_pass_rate(lambda g: continuous_pair(g, n_cl, 0.0, sd, groups), args.reps, margin, groups, sd)
-    print(f"  true delta = -margin: false-pass rate {fp:.3f} (must be <= 0.05)")
-    print(f"  true delta = 0:       pass rate {pw:.3f}; inconclusive {inc:.3f}")
+    reps_cl = args.reps_clustered or args.reps
+    print(f"clustered rows: {reps_cl} reps, cluster-robust t (CR2, Bell-McCaffrey df); intra-cluster correlation 0.5")
+    clustered_rows("balanced", np.arange(n_cl) // 3, reps_cl, margin, sd)
+    # unequal groups, as benchmark subtasks are: group k holds about 1/(k+1) of the items (Zipf), 40 groups
+    share = 1 / np.arange(1, 41)
+    sizes = np.maximum(1, np.floor(share / share.sum() * n_cl)).astype(int)
+    sizes[0] += n_cl - sizes.sum()
+    clustered_rows("unequal (Zipf)", np.repeat(np.arange(40), sizes), reps_cl, margin, sd)
 
 
 if __name__ == "__main__":

@@ -216,7 +216,7 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
 def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' output folder (holds mlflow.db)"),
        port: int = typer.Option(5000, help="port on 127.0.0.1")) -> None:
     """Serve the MLflow UI over a campaign folder's store until Ctrl-C."""
-    from .tracking.server import MlflowServer
+    from .tracking.server import MlflowServer, runs_table_urls
 
     if not (output_dir / "mlflow.db").is_file():
         _fail(QevalError(f"{output_dir / 'mlflow.db'}: no MLflow store here (run a campaign first)"))
@@ -224,6 +224,8 @@ def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' outp
     try:
         url = server.start()
         out.print(f"MLflow UI: {url}  (Ctrl-C to stop)")
+        for name, runs in runs_table_urls(url).items():
+            out.print(f"  {name}: {runs}")
         while server.proc and server.proc.alive():
             time.sleep(1)
     except QevalError as e:

@@ -224,9 +224,9 @@ class PerfRule(Strict):
 class GatePolicy(Strict):
     rules: list[GateRule] = [GateRule()]
     performance: list[PerfRule] = []
-    # the bound a gate reads. auto: clustered-t when items carry groups, Newcombe's score interval for
-    # 0/1 metrics, the paired t otherwise (benchmarks/simulate_gates.py: the percentile bootstrap gave
-    # 5.7% false passes at a nominal 5% with n = 56)
+    # the bound a gate reads. auto: the cluster-robust t (CR2, Bell-McCaffrey df) when items carry groups,
+    # Newcombe's score interval for 0/1 metrics, the paired t otherwise (benchmarks/simulate_gates.py: the
+    # percentile bootstrap gave 5.7% false passes at a nominal 5% with n = 56)
     interval: Literal["auto", "bootstrap", "bca", "t"] = "auto"
     correction: Literal["holm", "bh", "none"] = "holm"  # for the p-values across the campaign
     inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code

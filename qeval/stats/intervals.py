@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 from scipy import stats
@@ -22,6 +22,7 @@ class MeanDelta:
     ci_low: float
     ci_high: float
     confidence: float
+    df: float | None = None  # degrees of freedom of the t quantile, where one was used
 
 
 def mean_delta(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95) -> MeanDelta:
@@ -30,19 +31,41 @@ def mean_delta(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95) -> 
     d = c - b
     n = len(d)
     se = float(d.std(ddof=1) / np.sqrt(n)) if n > 1 else float("inf")
-    t = float(stats.t.ppf(0.5 + confidence / 2, df=max(n - 1, 1)))
+    df = max(n - 1, 1)
+    t = float(stats.t.ppf(0.5 + confidence / 2, df=df))
     half = t * se if se > 0 else 0.0
     return MeanDelta(method="paired-t", n=n, base_mean=float(b.mean()), cand_mean=float(c.mean()),
                      delta=float(d.mean()), se=se, ci_low=float(d.mean() - half), ci_high=float(d.mean() + half),
-                     confidence=confidence)
+                     confidence=confidence, df=float(df))
 
 
-def clustered_mean_delta(base: np.ndarray, cand: np.ndarray, groups: Sequence[str],
-                         confidence: float = 0.95) -> MeanDelta:
-    """Cluster-robust (CR1) standard error of the mean difference when items share a group.
+def cr2_variance_and_df(resid: np.ndarray, inv: np.ndarray, n_groups: int) -> tuple[float, float]:
+    """CR2 (Bell-McCaffrey) variance of the mean and its Bell-McCaffrey degrees of freedom, intercept only.
 
-    Equals statsmodels OLS(d, 1).fit(cov_type="cluster") for an intercept-only model; written out
-    because that is all it is, and the t quantile uses G - 1 degrees of freedom as statsmodels does.
+    With X = 1 the hat matrix is J/n, so cluster g's adjustment (I - J_g/n)^(-1/2) scales the sum of its
+    residuals by (1 - p_g)^(-1/2), p_g = n_g/n: Var = sum_g S_g^2 / (1 - p_g) / n^2. Imbens & Kolesar's
+    (2016) BM df, (sum lambda)^2 / sum lambda^2 over the eigenvalues of G'G, has G'G = C (diag(n_g) -
+    n_g n_h / n) C with C = diag(1 / (n sqrt(1 - p_g))); its trace is 1/n and its squared Frobenius norm
+    (sum_g p_g^2 s_g^2 (1 - 2 p_g) + (sum_g p_g^2 s_g)^2) / n^2 with s_g = 1 / (1 - p_g), so
+    df = 1 / (sum_g p_g^2 s_g^2 (1 - 2 p_g) + (sum_g p_g^2 s_g)^2). Balanced clusters give CR1 and G - 1.
+    """
+    n = len(resid)
+    p = np.bincount(inv, minlength=n_groups) / n
+    s = 1 / (1 - p)
+    sums = np.bincount(inv, weights=resid, minlength=n_groups)
+    var = float((sums ** 2 * s).sum() / n ** 2)
+    df = float(1 / ((p ** 2 * s ** 2 * (1 - 2 * p)).sum() + (p ** 2 * s).sum() ** 2))
+    return var, df
+
+
+def clustered_mean_delta(base: np.ndarray, cand: np.ndarray, groups: Sequence[str], confidence: float = 0.95,
+                         adjustment: Literal["CR1", "CR2"] = "CR2") -> MeanDelta:
+    """Cluster-robust interval of the mean difference when items share a group.
+
+    CR2 (default): the Bell-McCaffrey bias-reduced sandwich with Bell-McCaffrey degrees of freedom, which
+    Imbens & Kolesar (2016) and Pustejovsky & Tipton (2018) recommend with few or unequal clusters;
+    hand-written, statsmodels has no CR2. CR1: statsmodels' OLS(d, 1).fit(cov_type="cluster") with
+    G - 1 degrees of freedom. The two agree when every group has the same number of items.
     """
     b, c = as_pair(base, cand)
     d = c - b
@@ -50,20 +73,27 @@ def clustered_mean_delta(base: np.ndarray, cand: np.ndarray, groups: Sequence[st
     g = np.asarray(groups)
     if g.shape != d.shape:
         raise ValueError("one group label per item is needed")
+    if adjustment not in ("CR1", "CR2"):
+        raise ValueError(f"unknown cluster adjustment {adjustment!r}: CR1 or CR2")
     labels, inv = np.unique(g, return_inverse=True)
     n_groups = len(labels)
     resid = d - d.mean()
-    sums = np.bincount(inv, weights=resid, minlength=n_groups)
-    if n_groups < 2:
-        se = float("inf")
+    if n_groups < 2:  # one cluster: no between-cluster variation to estimate from
+        se, df = float("inf"), 1.0
+    elif adjustment == "CR2":
+        var, df = cr2_variance_and_df(resid, inv, n_groups)
+        se = float(np.sqrt(var))
     else:
+        sums = np.bincount(inv, weights=resid, minlength=n_groups)
         correction = n_groups / (n_groups - 1)  # CR1; its (n - 1) / (n - k) factor is 1 for k = 1
-        se = float(np.sqrt(correction * (sums ** 2).sum()) / n)
-    t = float(stats.t.ppf(0.5 + confidence / 2, df=max(n_groups - 1, 1)))
+        se, df = float(np.sqrt(correction * (sums ** 2).sum()) / n), float(n_groups - 1)
+    t = float(stats.t.ppf(0.5 + confidence / 2, df=df))
     half = t * se
-    return MeanDelta(method=f"clustered-t ({n_groups} groups)", n=n, base_mean=float(b.mean()),
-                     cand_mean=float(c.mean()), delta=float(d.mean()), se=se, ci_low=float(d.mean() - half),
-                     ci_high=float(d.mean() + half), confidence=confidence)
+    name = f"clustered-cr2 ({n_groups} groups, BM df {df:.1f})" if adjustment == "CR2" \
+        else f"clustered-cr1 ({n_groups} groups)"
+    return MeanDelta(method=name, n=n, base_mean=float(b.mean()), cand_mean=float(c.mean()), delta=float(d.mean()),
+                     se=se, ci_low=float(d.mean() - half), ci_high=float(d.mean() + half), confidence=confidence,
+                     df=df)
 
 
 @dataclass(frozen=True)

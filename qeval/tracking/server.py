@@ -62,3 +62,12 @@ class MlflowServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def runs_table_urls(url: str) -> dict[str, str]:
+    """Each experiment's runs table in the MLflow UI, by name. MLflow 3 opens on its GenAI overview;
+    `workflowType=machine_learning` is what shows the classic runs table with params and metrics."""
+    from mlflow.tracking import MlflowClient
+
+    return {e.name: f"{url}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning"
+            for e in MlflowClient(tracking_uri=url).search_experiments() if e.name != "Default"}

@@ -24,7 +24,7 @@ from qeval.record import RunRecord, VariantResult
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
 from qeval.tracking.registry import passed_filter
-from qeval.tracking.server import MlflowServer
+from qeval.tracking.server import MlflowServer, runs_table_urls
 from tests.browser import assert_real_png, dom, require_chromium, screenshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,8 +162,10 @@ def test_registry_has_one_version_per_variant_with_its_verdict(campaign, mlflow_
 def test_mlflow_ui_shows_the_campaign(chromium, campaign, mlflow_url):
     _, rec = campaign
     exp_id = rec.tracking["experiment_id"]
-    # the runs table (a fresh browser would open the GenAI overview): the campaign's run and its 4 children
-    runs = f"{mlflow_url}/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+    # the runs table, at the link `qeval ui` prints (a bare URL opens the GenAI overview): the campaign's
+    # run and its 4 children
+    runs = runs_table_urls(mlflow_url)[EXPERIMENT]
+    assert f"/#/experiments/{exp_id}/runs?" in runs
     page = dom(runs)
     assert EXPERIMENT in page and ">browser-check<" in page
     assert re.search(r"\b5(</strong>)?\s*matching runs", page), "the runs table did not render"

@@ -34,12 +34,69 @@ def test_bca_agrees_with_scipy():
 def test_clustered_se_matches_statsmodels(seed):
     base, cand = pair(90, seed)
     groups = np.repeat([f"g{k}" for k in range(15)], 6)
-    ours = clustered_mean_delta(base, cand, groups, confidence=0.9)
+    ours = clustered_mean_delta(base, cand, groups, confidence=0.9, adjustment="CR1")
     codes = np.unique(groups, return_inverse=True)[1]
     fit = sm.OLS(cand - base, np.ones(90)).fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
     assert ours.se == pytest.approx(float(fit.bse[0]), rel=1e-9)
     lo, hi = fit.conf_int(alpha=0.1)[0]
     assert (ours.ci_low, ours.ci_high) == (pytest.approx(lo, rel=1e-6), pytest.approx(hi, rel=1e-6))
+
+
+def inv_sqrt(m):
+    w, v = np.linalg.eigh(m)
+    return v @ np.diag(w ** -0.5) @ v.T
+
+
+def cr2_brute_force(d, codes):
+    """CR2 and Imbens-Kolesar's BM df from the matrices themselves: n x n hat matrix, general formulas."""
+    n = len(d)
+    x = np.ones((n, 1))
+    bread = np.linalg.inv(x.T @ x)
+    h = x @ bread @ x.T
+    e = d - (h @ d)
+    meat, cols = np.zeros((1, 1)), []
+    for g in np.unique(codes):
+        rows = np.flatnonzero(codes == g)
+        a = inv_sqrt(np.eye(len(rows)) - h[np.ix_(rows, rows)])
+        u = x[rows].T @ a @ e[rows]
+        meat += np.outer(u, u)
+        cols.append((np.eye(n) - h)[rows].T @ a @ x[rows] @ bread @ np.ones(1))  # G_g for the contrast l = 1
+    var = (bread @ meat @ bread)[0, 0]
+    gm = np.column_stack(cols)
+    lam = np.linalg.eigvalsh(gm.T @ gm)
+    return var, lam.sum() ** 2 / (lam ** 2).sum()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clustered_cr2_matches_brute_force_matrices(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 12, size=9)  # unbalanced, single-item clusters included by chance
+    sizes[0] = 1
+    codes = np.repeat(np.arange(len(sizes)), sizes)
+    n = len(codes)
+    base = rng.normal(0.6, 0.2, n)
+    cand = base + rng.normal(-0.03, 0.1, n) + rng.normal(0, 0.1, len(sizes))[codes]
+    perm = rng.permutation(n)  # groups need not be contiguous
+    base, cand, codes = base[perm], cand[perm], codes[perm]
+    ours = clustered_mean_delta(base, cand, [f"g{k}" for k in codes], confidence=0.9)
+    var, df = cr2_brute_force(cand - base, codes)
+    assert ours.se == pytest.approx(math.sqrt(var), rel=1e-9)
+    assert ours.df == pytest.approx(df, rel=1e-9)
+    half = sps.t.ppf(0.95, df) * math.sqrt(var)
+    assert (ours.ci_low, ours.ci_high) == (pytest.approx(ours.delta - half, rel=1e-9),
+                                           pytest.approx(ours.delta + half, rel=1e-9))
+    assert ours.method == f"clustered-cr2 (9 groups, BM df {df:.1f})"
+    assert 1 <= ours.df <= 8
+
+
+def test_clustered_cr2_equals_cr1_when_balanced():
+    """Equal cluster sizes: CR2's 1 / (1 - 1/G) is CR1's G / (G - 1), and the BM df is G - 1."""
+    base, cand = pair(90, 5)
+    groups = np.repeat([f"g{k}" for k in range(15)], 6)
+    cr2 = clustered_mean_delta(base, cand, groups, confidence=0.9)
+    cr1 = clustered_mean_delta(base, cand, groups, confidence=0.9, adjustment="CR1")
+    assert cr2.se == pytest.approx(cr1.se, rel=1e-12) and cr2.df == pytest.approx(14, rel=1e-12)
+    assert (cr2.ci_low, cr2.ci_high) == (pytest.approx(cr1.ci_low, rel=1e-9), pytest.approx(cr1.ci_high, rel=1e-9))
 
 
 def test_permutation_exact_matches_brute_force_enumeration():
