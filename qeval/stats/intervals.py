@@ -9,6 +9,7 @@ import numpy as np
 from scipy import stats
 
 from ._arrays import as_pair
+from ._resample import resample_means
 
 
 @dataclass(frozen=True)
@@ -108,46 +109,20 @@ class BootstrapCI:
     seed: int
 
 
-MULTINOMIAL_MAX_VALUES = 256  # 10,000 multinomial draws over 256 values: ~0.3 s here
-
-
-def _resample_means(d: np.ndarray, resamples: int, seed: int, chunk: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    n = len(d)
-    values, first, counts = np.unique(d, return_index=True, return_counts=True)
-    if len(values) <= MULTINOMIAL_MAX_VALUES:
-        order = np.argsort(first)  # categories in order of first appearance: swapping the arms mirrors the draws
-        values, counts = values[order], counts[order]
-        # Few distinct differences (0/1 metrics give at most three): a resample's mean depends only on
-        # how often each value is drawn, a multinomial count. Same distribution as drawing n indices,
-        # at O(values) instead of O(n) per resample.
-        draws = rng.multinomial(n, counts / n, size=resamples)
-        return draws @ values / n
-    means = np.empty(resamples)
-    for start in range(0, resamples, chunk):
-        k = min(chunk, resamples - start)
-        rows = max(1, min(k, 20_000_000 // n))  # bound the index matrix at ~80 MB
-        for r0 in range(0, k, rows):
-            r = min(rows, k - r0)
-            idx = rng.integers(0, n, size=(r, n), dtype=np.int32)
-            means[start + r0:start + r0 + r] = d[idx].mean(axis=1)
-    return means
-
-
 def paired_bootstrap_ci(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95, resamples: int = 10000,
-                        seed: int = 0, chunk: int = 2000, method: str = "percentile") -> BootstrapCI:
+                        seed: int = 0, method: str = "percentile", threads: int | None = None) -> BootstrapCI:
     """Bootstrap of the mean paired difference: items resampled together, seeded, vectorized.
 
     Hand-written rather than scipy.stats.bootstrap: scipy holds the whole n x resamples index matrix
-    (100,000 items x 10,000 resamples would be 8 GB); chunking keeps memory bounded. `method` is
-    "percentile" or "bca" (bias-corrected and accelerated, jackknife acceleration in closed form
-    for the mean).
+    (100,000 items x 10,000 resamples would be 8 GB); drawing in cache-sized calls keeps memory bounded.
+    `method` is "percentile" or "bca" (bias-corrected and accelerated, jackknife acceleration in closed
+    form for the mean). `threads` (default: the CPUs this process may use) changes the speed, not the result.
     """
     b, c = as_pair(base, cand)
     d = c - b
     n = len(d)
     theta = float(d.mean())
-    means = _resample_means(d, resamples, seed, chunk)
+    means = resample_means(d, resamples, seed, threads)
     alpha = 1 - confidence
     if method == "percentile" or np.ptp(d) == 0:
         lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])

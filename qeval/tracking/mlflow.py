@@ -1,7 +1,8 @@
 """Log a run record to MLflow: a parent run per campaign, a child run per variant.
 
-Uses an explicit MlflowClient (no global tracking state). Idempotent: a record already logged
-(tag qeval.run_id) is not logged twice, so `qeval sync` can be run any number of times.
+Uses an explicit MlflowClient (no global tracking state). An upsert keyed by the qeval run id (tag) and
+the variant (run name): `qeval sync` can be run any number of times, and a resumed run updates what
+its first part logged.
 """
 
 from __future__ import annotations
@@ -131,8 +132,10 @@ def _log_grid(client, run_id: str, v, run_dir: Path, tmp: Path) -> None:
 
 def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: str | None = None,
                register_as: str | None = None) -> dict[str, str]:
-    """With `register_as`, each variant also becomes a model version under that registered model."""
-    from mlflow.entities import Metric, Param, RunTag
+    """Bring MLflow up to the record: one parent run per qeval run id, one child per variant, found again
+    by tag and run name, so a re-sync adds nothing and a resumed run (more variants evaluated, new
+    multiplicity-adjusted p-values, new verdicts) updates the runs it logged before. With `register_as`,
+    each variant also becomes a model version under that registered model."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -145,41 +148,37 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
         exp_id = exp.experiment_id
     found = client.search_runs([exp_id], filter_string=f"tags.`qeval.run_id` = '{record.run_id}' "
                                                          f"and tags.`qeval.role` = 'campaign'")
-    if found and found[0].info.status == "FINISHED":
-        pid = found[0].info.run_id
-        out = {"tracking_uri": tracking_uri, "experiment_id": exp_id, "parent_run_id": pid}
-        if register_as:  # registering may be turned on after the first sync, or have failed half-way
-            kids = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{pid}'")
-            out["registered_model"] = _register(client, record, {k.info.run_name: k.info.run_id for k in kids},
-                                                register_as)
-        return out
-    now = int(time.time() * 1000)
-    parent = client.create_run(exp_id, run_name=record.campaign, tags={
-        "qeval.run_id": record.run_id, "qeval.role": "campaign", "qeval.verdict": record.verdict,
-        "qeval.config_hash": record.config_hash, "qeval.schema_version": str(record.schema_version)})
+    kids: dict[str, object] = {}
+    if found:  # logged before (perhaps cut short, or before a resume finished more variants): update it
+        parent = found[0]
+        kids = {k.info.run_name: k for k in client.search_runs(
+            [exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")}
+    else:
+        parent = client.create_run(exp_id, run_name=record.campaign)
     pid = parent.info.run_id
-    params = [Param("baseline", record.variants[0].name if record.variants else ""),
-              Param("config_hash", record.config_hash), Param("multiplicity", record.multiplicity)]
-    params += [Param(f"env.{k}", str(v)[:500]) for k, v in record.environment.items()]
-    tags = [RunTag(f"verdict.{n}", v) for n, v in record.verdicts.items()]
-    client.log_batch(pid, params=params, tags=tags)
+    params = {"baseline": record.variants[0].name if record.variants else "", "config_hash": record.config_hash,
+              "multiplicity": record.multiplicity, **{f"env.{k}": v for k, v in record.environment.items()}}
+    tags = {"qeval.run_id": record.run_id, "qeval.role": "campaign", "qeval.verdict": record.verdict,
+            "qeval.config_hash": record.config_hash, "qeval.schema_version": str(record.schema_version),
+            **{f"verdict.{n}": v for n, v in record.verdicts.items()}}
+    _upsert(client, parent, params, tags, {}, [])
+    now = int(time.time() * 1000)
     children: dict[str, str] = {}
     with ResultsStore(run_dir / "results.sqlite") as store, tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
-            child = client.create_run(exp_id, run_name=v.name, tags={
-                "mlflow.parentRunId": pid, "qeval.run_id": record.run_id, "qeval.role": v.role,
-                "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline" else "NOT_EVALUATED"),
-                "qeval.status": v.status})
+            child = kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
             cid = child.info.run_id
             children[v.name] = cid
-            vparams = {"method": v.method, **scheme_params(v.method, v.recipe), "engine": v.engine,
-                       "engine_version": v.engine_version, "checkpoint_hash": v.checkpoint_hash or "",
+            vparams = {"method": v.method, **scheme_params(v.method, v.recipe),
                        **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
-            metrics = ([Metric(k, float(val), now, 0) for k, val in variant_metrics(record, v.name).items()]
-                       + [Metric(k, float(val), now, step) for k, val, step in probe_history(record, v.name)])
-            client.log_batch(cid, params=[Param(k, str(val)[:500]) for k, val in vparams.items()])
-            for i in range(0, len(metrics), 1000):  # MLflow takes at most 1,000 metrics a batch (a grid has many)
-                client.log_batch(cid, metrics=metrics[i:i + 1000])
+            if v.status == "ok":  # a variant not (yet) evaluated has no engine or checkpoint to name
+                vparams |= {"engine": v.engine, "engine_version": v.engine_version,
+                            "checkpoint_hash": v.checkpoint_hash or ""}
+            vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
+                     "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline"
+                                                          else "NOT_EVALUATED")}
+            _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
+                    now)
             if v.status == "ok":
                 table = Path(tmp) / f"items-{v.name}.parquet"
                 items_table(store, record, v.name).to_parquet(table)
@@ -189,7 +188,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             if v.grid:
                 _log_grid(client, cid, v, run_dir, Path(tmp))
             client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
-    for f in ("run.json", "report.md", "report.html", "summary.md", "junit.xml"):
+    for f in ("run.json", "report.md", "report.html", "summary.md", "junit.xml"):  # the same paths: overwritten
         if (run_dir / f).exists():
             client.log_artifact(pid, str(run_dir / f))
     with tempfile.TemporaryDirectory() as tmp:  # the report's figures as files, for the UI's artifact view
@@ -205,6 +204,27 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     if register_as:  # after the run is complete: a registry fault is retried by `qeval sync`, runs not duplicated
         out["registered_model"] = _register(client, record, children, register_as)
     return out
+
+
+def _upsert(client, run, params: dict, tags: dict[str, str], metrics: dict[str, float],
+            history: list[tuple[str, float, int]], now: int = 0) -> None:
+    """Log what the run lacks or holds differently. MLflow params are immutable: a param already logged
+    with another value (e.g. the environment of a resumed run) is kept, and named in a tag instead."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    have_p, have_t, have_m = run.data.params, run.data.tags, run.data.metrics
+    new_p = [Param(k, str(v)[:500]) for k, v in params.items() if k not in have_p]
+    differ = sorted(k for k, v in params.items() if k in have_p and have_p[k] != str(v)[:500])
+    if differ:
+        tags = tags | {"qeval.params_not_updated": ", ".join(differ)[:5000]}
+    new_t = [RunTag(k, v) for k, v in tags.items() if have_t.get(k) != v]
+    new_m = [Metric(k, float(v), now, 0) for k, v in metrics.items() if have_m.get(k) != float(v)]
+    # a figure per load step: logged once (steps of a finished probe do not change; re-logging would
+    # add a second point at each step)
+    new_m += [Metric(k, float(v), now, step) for k, v, step in history if k not in have_m]
+    client.log_batch(run.info.run_id, params=new_p, tags=new_t)
+    for i in range(0, len(new_m), 1000):  # MLflow takes at most 1,000 metrics a batch (a grid has many)
+        client.log_batch(run.info.run_id, metrics=new_m[i:i + 1000])
 
 
 def _register(client, record: RunRecord, children: dict[str, str], model_name: str) -> str:

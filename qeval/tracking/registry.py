@@ -50,13 +50,13 @@ def register_variants(client, record: RunRecord, children: dict[str, str], model
         for v in (v for v in record.variants if v.role == "variant" and v.name in children):
             tags = variant_tags(record, v.name)
             mv = existing.get(v.name)
+            run_id = children[v.name]
+            # (re)written each time: a resumed run may have evaluated the variant since (checkpoint, verdict)
+            info = Path(tmp) / v.name / INFO_FILE
+            info.parent.mkdir()
+            info.write_text(json.dumps(variant_info(record, v.name), indent=1))
+            client.log_artifact(run_id, str(info), INFO_DIR)
             if mv is None:
-                run_id = children[v.name]
-                if not client.list_artifacts(run_id, INFO_DIR):
-                    info = Path(tmp) / v.name / INFO_FILE
-                    info.parent.mkdir()
-                    info.write_text(json.dumps(variant_info(record, v.name), indent=1))
-                    client.log_artifact(run_id, str(info), INFO_DIR)
                 mv = client.create_model_version(model_name, f"runs:/{run_id}/{INFO_DIR}", run_id=run_id, tags=tags,
                                                  description=f"{record.campaign} / {v.name} ({v.method})")
             else:

@@ -9,6 +9,11 @@ t0=$(date +%s)
 mkdir -p /tmp/site-gguf "$QEVAL_CACHE/models/.download" "$QEVAL_CACHE/data"
 [ -d /tmp/site-gguf/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf $P/gguf-*.whl
 [ -d /tmp/site/tenacity ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site $P/tenacity-*.whl
+# ModelOpt, when its wheels were carried (p3): an overlay of its own, like scripts/env-modelopt.sh on the CPU
+if ls $P/nvidia_modelopt-*.whl >/dev/null 2>&1 && [ ! -d /tmp/site-modelopt/modelopt ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site-modelopt $P/nvidia_modelopt-*.whl \
+    $P/omegaconf-*.whl $P/pulp-*.whl $P/antlr4_python3_runtime-*.whl
+fi
 name=$(awk '{print $2}' $P/model.gguf.sha256)
 gguf=$QEVAL_CACHE/models/.download/$name
 if [ ! -f "$gguf" ]; then

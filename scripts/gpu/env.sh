@@ -4,6 +4,8 @@ export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLIN
 export QEVAL_VLLM_PYTHON=${QEVAL_VLLM_PYTHON:-$(command -v python3)} QEVAL_VLLM_PYTHONPATH=${QEVAL_VLLM_PYTHONPATH:-/tmp/site}
 export QEVAL_LLMC_PYTHON=${QEVAL_LLMC_PYTHON:-$(command -v python3)}
 export QEVAL_LLMC_PYTHONPATH=${QEVAL_LLMC_PYTHONPATH:-/tmp/site-gguf:/tmp/site-llmc:/tmp/site}
-export QEVAL_VLLM_NAME=${QEVAL_VLLM_NAME:-vllm-0.26.0-cuda13} QEVAL_LLMC_NAME=${QEVAL_LLMC_NAME:-llmc-0.14.0.1-cuda13}
+export QEVAL_MODELOPT_PYTHON=${QEVAL_MODELOPT_PYTHON:-$(command -v python3)}
+export QEVAL_MODELOPT_PYTHONPATH=${QEVAL_MODELOPT_PYTHONPATH:-/tmp/site-modelopt:/tmp/site-llmc:/tmp/site}
+export QEVAL_VLLM_NAME=${QEVAL_VLLM_NAME:-vllm-0.26.0-cuda13} QEVAL_LLMC_NAME=${QEVAL_LLMC_NAME:-llmc-0.14.0.1-cuda13} QEVAL_MODELOPT_NAME=${QEVAL_MODELOPT_NAME:-modelopt-0.47.0-cuda13}
 # vLLM keeps its torch.compile cache here: a restarted engine (or a rerun) skips the compile
 export VLLM_CACHE_ROOT=/tmp/vllm-cache

