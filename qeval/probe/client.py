@@ -17,6 +17,7 @@ class RequestResult:
     start: float  # perf_counter at send
     ttft: float | None = None  # seconds to the first token
     e2e: float | None = None  # seconds to the last byte
+    last_token: float | None = None  # seconds to the last token's chunk (the usage chunk and [DONE] follow it)
     itls: list[float] = field(default_factory=list)  # gaps between token chunks
     output_tokens: int = 0
     prompt_tokens: int = 0
@@ -24,10 +25,11 @@ class RequestResult:
 
     @property
     def tpot(self) -> float | None:
-        """Time per output token after the first, as vLLM's benchmark defines it."""
-        if self.ttft is None or self.e2e is None or self.output_tokens < 2:
+        """Time per output token after the first, first to last token, as vLLM's benchmark defines it."""
+        end = self.last_token if self.last_token is not None else self.e2e
+        if self.ttft is None or end is None or self.output_tokens < 2:
             return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+        return (end - self.ttft) / (self.output_tokens - 1)
 
 
 def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
@@ -35,9 +37,12 @@ def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
     return [rng.randrange(100, max(101, vocab - 100)) for _ in range(length)]
 
 
-async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | str, max_tokens: int) -> RequestResult:
+async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | str, max_tokens: int,
+                     ignore_eos: bool = True) -> RequestResult:
+    """One streamed greedy completion. `ignore_eos` fixes the output length; without it the request
+    stops where a suite's would (to replay a suite's own requests)."""
     payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-               "ignore_eos": True, "stream_options": {"include_usage": True}}
+               "ignore_eos": ignore_eos, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     res = RequestResult(ok=False, start=t0)
     last = None
@@ -55,7 +60,9 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
                     break
                 chunk = json.loads(data)
                 now = time.perf_counter()
-                if chunk.get("choices") and chunk["choices"][0].get("text"):
+                # every chunk with a choice is a token, even with empty text (vLLM sends one while its
+                # detokenizer holds back a partial UTF-8 character); the usage chunk has none
+                if chunk.get("choices"):
                     chunks += 1
                     if last is None:
                         res.ttft = now - t0
@@ -67,6 +74,7 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
                     res.output_tokens = usage.get("completion_tokens", 0)
                     res.prompt_tokens = usage.get("prompt_tokens", 0)
         res.e2e = time.perf_counter() - t0
+        res.last_token = None if last is None else last - t0
         # TGI streams no usage; it sends one chunk per token, so the chunks count the tokens
         res.output_tokens = res.output_tokens or chunks
         res.ok = res.ttft is not None
@@ -85,7 +93,8 @@ class StepRun:
 
 
 async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: int, concurrency: int,
-                          max_seconds: float, timeout_s: float = 600, headers: dict | None = None) -> StepRun:
+                          max_seconds: float, timeout_s: float = 600, headers: dict | None = None,
+                          ignore_eos: bool = True) -> StepRun:
     """Keep `concurrency` requests in flight until the prompts run out or time is up."""
     queue: asyncio.Queue = asyncio.Queue()
     for p in prompts:
@@ -99,7 +108,7 @@ async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: 
         async def worker() -> None:
             while not queue.empty() and time.perf_counter() < deadline:
                 prompt = queue.get_nowait()
-                results.append(await stream_one(client, model, prompt, max_tokens))
+                results.append(await stream_one(client, model, prompt, max_tokens, ignore_eos))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
