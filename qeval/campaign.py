@@ -486,7 +486,7 @@ class Campaign:
                                           "method": f"top-{lp.top_k} + tail bucket (approximation, a near lower bound)"}
             if not cc.alternatives:  # a TGI side: no alternatives per prompt token, so no top-1 figures
                 res.distribution[lp.suite].update(
-                    top1_agreement=None, delta_p_mean=None, delta_p_p01=None, delta_p_p05=None,
+                    top1_agreement=None, **{k: None for k in res.distribution[lp.suite] if k.startswith("delta_p_")},
                     method="actual token + tail bucket (TGI lists no alternatives for prompt tokens: a looser "
                            "lower bound; no top-1 agreement)")
             base_res.distribution[lp.suite] = {"perplexity": perplexity(base_recs), "chunks": len(base_recs)}

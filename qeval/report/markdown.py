@@ -61,11 +61,11 @@ same tokens. KL divergence is computed from the top-k log-probabilities the serv
 the rest of the mass in one tail bucket: an approximation (close to a lower bound of the full KL).
 Delta-p: the change in the probability of the baseline's most likely token.
 
-| variant | suite | perplexity | tokens | KL mean | KL median | KL p95 | KL p99 | top-1 agreement | delta-p mean | delta-p p01 | chunks (mismatched) |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | suite | perplexity | tokens | KL mean | KL median | KL p95 | KL p99 | top-1 agreement | delta-p mean | delta-p median | delta-p p01 / p99 | chunks (mismatched) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
 {% for suite, d in v.distribution.items() -%}
-| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.get("tokens", "-") }} | {{ f(d.get("kl_mean")) }} | {{ f(d.get("kl_median")) }} | {{ f(d.get("kl_p95")) }} | {{ f(d.get("kl_p99")) }} | {{ f(d.get("top1_agreement")) }} | {{ s(d.get("delta_p_mean")) }} | {{ s(d.get("delta_p_p01")) }} | {{ d.chunks }}{% if d.get("mismatched_chunks") %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
+| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.get("tokens", "-") }} | {{ f(d.get("kl_mean")) }} | {{ f(d.get("kl_median")) }} | {{ f(d.get("kl_p95")) }} | {{ f(d.get("kl_p99")) }} | {{ f(d.get("top1_agreement")) }} | {{ s(d.get("delta_p_mean")) }} | {{ s(d.get("delta_p_median")) }} | {{ s(d.get("delta_p_p01")) }} / {{ s(d.get("delta_p_p99")) }} | {{ d.chunks }}{% if d.get("mismatched_chunks") %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
 {% endfor -%}
 {% endfor %}
 {% endif %}

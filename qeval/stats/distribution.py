@@ -71,8 +71,11 @@ class DistSummary:
     kl_p99: float
     top1_agreement: float
     delta_p_mean: float
+    delta_p_median: float
     delta_p_p01: float  # the worst 1% of drops in the baseline's top token probability
     delta_p_p05: float
+    delta_p_p95: float  # the upper tail: where the variant is surer of the baseline's token
+    delta_p_p99: float
 
 
 def summarize(stats: Sequence[PositionStats]) -> DistSummary:
@@ -81,8 +84,10 @@ def summarize(stats: Sequence[PositionStats]) -> DistSummary:
     dp = np.concatenate([s.delta_p for s in stats]) if stats else np.array([])
     if len(kl) == 0:
         nan = float("nan")
-        return DistSummary(0, nan, nan, nan, nan, nan, nan, nan, nan)
+        return DistSummary(0, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan)
     return DistSummary(tokens=len(kl), kl_mean=float(kl.mean()), kl_median=float(np.median(kl)),
                        kl_p95=float(np.percentile(kl, 95)), kl_p99=float(np.percentile(kl, 99)),
                        top1_agreement=float(ag.mean()), delta_p_mean=float(dp.mean()),
-                       delta_p_p01=float(np.percentile(dp, 1)), delta_p_p05=float(np.percentile(dp, 5)))
+                       delta_p_median=float(np.median(dp)), delta_p_p01=float(np.percentile(dp, 1)),
+                       delta_p_p05=float(np.percentile(dp, 5)), delta_p_p95=float(np.percentile(dp, 95)),
+                       delta_p_p99=float(np.percentile(dp, 99)))

@@ -42,3 +42,6 @@ def test_position_stats():
     assert s.delta_p == pytest.approx([0.3 - 0.7, 0.8 - 0.9])
     summ = summarize([s])
     assert summ.tokens == 2 and summ.top1_agreement == 0.5 and summ.kl_mean > 0
+    dp = np.array([0.3 - 0.7, 0.8 - 0.9])  # numpy's linear-interpolation percentiles, independently
+    assert (summ.delta_p_median, summ.delta_p_p01, summ.delta_p_p99) == pytest.approx(
+        (dp.mean(), dp.min() + 0.01 * (dp.max() - dp.min()), dp.min() + 0.99 * (dp.max() - dp.min())))
