@@ -6,7 +6,8 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 
 from qeval.stats import decide, flips, mcnemar_exact, mean_delta, paired_bootstrap_ci
-from qeval.stats._resample import BLOCK_RESAMPLES, call_sizes
+from qeval.stats._resample import (BLOCK_RESAMPLES, DRAWS_PER_CALL, EXACT_FROM, call_sizes, index_resample_means,
+                                   uniform_indices)
 
 
 def binary_pair(n, p_base, p_flip, seed):
@@ -72,28 +73,54 @@ def test_bootstrap_is_seeded_and_threads_do_not_change_it():
     assert paired_bootstrap_ci(base, cand, resamples=300, seed=8).ci_low != a.ci_low
 
 
-@pytest.mark.parametrize("n", [300, 40_000])
-def test_bootstrap_matches_brute_force_loop(n):
-    """The same random stream (a generator per block of resamples, spawned from the seed; calls sized by
-    n alone), then one plain mean per resample."""
+def index_reference(bits, n, size, exact):
+    """Scalar multiply-shift over the same raw words: two 32-bit draws a word (low half first); with
+    exact, Lemire's rejection: a draw whose product has low 32 bits under 2^32 mod n is replaced, in
+    order, by the low half of a fresh word."""
+    words = [int(w) for w in bits.random_raw((size + 1) // 2)]
+    draws = [half for w in words for half in (w & 0xFFFFFFFF, w >> 32)][:size]
+    threshold = 2 ** 32 % n if exact else 0
+    out = []
+    for w in draws:
+        while (w * n) % 2 ** 32 < threshold:
+            w = int(bits.random_raw()) & 0xFFFFFFFF
+        out.append(w * n // 2 ** 32)
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 6, 100_000, EXACT_FROM + 1, 3_000_000_000])  # the last rejects ~30% of draws
+def test_uniform_indices_are_multiply_shift_on_the_raw_stream(n):
+    got = uniform_indices(np.random.SFC64(5), n, 1001, np.empty(1001, np.uint64))
+    assert got.tolist() == index_reference(np.random.SFC64(5), n, 1001, exact=n > EXACT_FROM)
+
+
+def test_uniform_indices_are_uniform():
+    counts = np.bincount(uniform_indices(np.random.SFC64(1), 6, 600_000, np.empty(600_000, np.uint64)))
+    assert sps.chisquare(counts).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("n, resamples", [(300, 2000), (max(DRAWS_PER_CALL, EXACT_FROM) + 3, 3)])
+def test_bootstrap_matches_brute_force_loop(n, resamples):
+    """The same random stream (an SFC64 generator per block of resamples, spawned from the seed; calls
+    sized by n alone; scalar multiply-shift), then one plain mean per resample."""
     rng = np.random.default_rng(4)
     base, cand = rng.random(n), rng.random(n)  # > 256 distinct differences: the index-resampling path
     d = cand - base
-    resamples = 300 if n > 1000 else 3000
-    got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=resamples, seed=11)
     rows, pieces = call_sizes(n)
     means = []
     for child in np.random.SeedSequence(11).spawn(-(-resamples // BLOCK_RESAMPLES)):
-        gen = np.random.Generator(np.random.SFC64(child))
+        bits = np.random.SFC64(child)
         k = min(BLOCK_RESAMPLES, resamples - len(means))
         drawn = [[] for _ in range(k)]
         for r0 in range(0, k, rows):
             r = min(rows, k - r0)
             for size in pieces:
-                idx = gen.integers(0, n, size=(r, size))
+                idx = index_reference(bits, n, r * size, exact=n > EXACT_FROM)
                 for j in range(r):
-                    drawn[r0 + j].extend(idx[j])
+                    drawn[r0 + j] += idx[j * size:(j + 1) * size]
         means += [float(np.mean(d[row])) for row in drawn]
+    assert index_resample_means(d, resamples, 11) == pytest.approx(means, abs=1e-12)
+    got = paired_bootstrap_ci(base, cand, confidence=0.9, resamples=resamples, seed=11)
     assert got.ci_low == pytest.approx(np.quantile(means, 0.05), abs=1e-12)
     assert got.ci_high == pytest.approx(np.quantile(means, 0.95), abs=1e-12)
 
