@@ -17,7 +17,7 @@ import numpy as np
 from qeval.compare import Paired, compare_metric
 from qeval.config import GatePolicy, GateRule
 from qeval.gates import evaluate
-from qeval.stats import clustered_mean_delta, n_required
+from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
 
 
 def binary_pair(rng, n, p_base, p_disc, delta):
@@ -67,7 +67,7 @@ def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd:
     sizes = np.bincount(groups)
     deff = 1 + 0.5 * ((sizes ** 2).sum() / n - 1)  # variance of the mean over the unclustered one, ICC 0.5
     print(f"continuous, clustered, {label}: {len(sizes)} groups of {sizes.min()}..{sizes.max()} items, n = {n}, "
-          f"design effect {deff:.2f} (the planned n assumed 2)")
+          f"design effect {deff:.2f} (the planned n: n_required_clustered, groups of 3, ICC 0.5)")
     fp, _, fp1 = gate_pass_rate(lambda g: continuous_pair(g, n, -margin, sd, groups), reps, margin, groups, sd, True)
     pw, inc, pw1 = gate_pass_rate(lambda g: continuous_pair(g, n, 0.0, sd, groups), reps, margin, groups, sd, True)
     mc = math.sqrt(0.05 * 0.95 / reps)
@@ -96,8 +96,8 @@ def main() -> None:
     pw, inc, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
-    # intra-cluster correlation 1/2 in groups of 3 doubles the variance of the mean: twice the planned n
-    n_cl = n_cont * 2
+    # intra-cluster correlation 1/2 in groups of 3: planned in groups (their means are the independent units)
+    n_cl = n_required_clustered(margin, sd, 3, 0.5)
     reps_cl = args.reps_clustered or args.reps
     print(f"clustered rows: {reps_cl} reps, cluster-robust t (CR2, Bell-McCaffrey df); intra-cluster correlation 0.5")
     clustered_rows("balanced", np.arange(n_cl) // 3, reps_cl, margin, sd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,9 +10,9 @@ import numpy as np
 from .config import GatePolicy, GateRule
 from .errors import QevalError
 from .record import Comparison
-from .stats import (adjust, clustered_mean_delta, flips, is_binary, mcnemar_exact, mean_delta, observed_power,
-                    planned_power,
-                    paired_bootstrap_ci, paired_proportion_ci, sign_flip_permutation, wilcoxon)
+from .stats import (adjust, clustered, clustered_mean_delta, design_effect, flips, is_binary, mcnemar_exact,
+                    mean_delta, observed_power, paired_bootstrap_ci, paired_proportion_ci, planned_power, sign_flip_permutation,
+                    wilcoxon)
 from .store import Record
 
 
@@ -69,6 +70,15 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     seen = observed_power(base, cand, binary, alpha=rule.alpha, beta=rule.beta)
     power = planned_power(len(p.ids), binary, rule.alpha, rule.beta, rule.planning_flip_rate, rule.planning_sd,
                           observed_sd=seen.sigma)
+    if grouped:  # items in groups carry less information than their count: power as the interval sees it
+        sizes = np.unique(np.asarray([str(g) for g in p.groups]), return_counts=True)[1]
+        df = ci.df or len(sizes) - 1
+        observed = (ci.se / t.se) ** 2 if t.se > 0 and np.isfinite(ci.se) else np.inf
+        seen = clustered(seen, observed, df, len(sizes))
+        # the plan stays a design quantity (fixed before the run): grouped only with an assumed correlation
+        power = (clustered(power, design_effect(sizes, rule.planning_icc), df, len(sizes))
+                 if rule.planning_icc is not None else
+                 dataclasses.replace(power, method=power.method + ", as if independent (no planning_icc)"))
     extra: dict = {}
     if binary:
         f = flips(base, cand)

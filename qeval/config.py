@@ -197,6 +197,9 @@ class GateRule(Strict):
     # others planning_sd, or the observed sd when none is given.
     planning_flip_rate: float = Field(0.1, gt=0, le=1)
     planning_sd: float | None = Field(None, gt=0)
+    # for items that carry a `group`: the assumed intra-group correlation of their differences, which
+    # makes the planned power count groups, not items (without it the plan treats items as independent)
+    planning_icc: float | None = Field(None, ge=0, le=1)
     action: Literal["fail", "warn"] = "fail"
     required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
 

@@ -7,12 +7,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from .campaign import Plan
 from .config import CampaignConfig, GateRule
 from .gates import rule_for
-from .stats import mde, n_required
+from .stats import clustered, design_effect, mde, n_required, n_required_clustered
 from .stats.power import BINARY_PLANNING_VAR
 
 
@@ -59,6 +60,8 @@ def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float | 
     the flip rate being the gate rule's planning_flip_rate unless overridden; and the no-pilot worst
     case, sqrt(0.5). The gates use the same design figure after the run."""
     entries: list[tuple[str, str, int]] = [(f"custom/{s.name}", s.primary, len(s.items)) for s in p.custom]
+    group_sizes = {f"custom/{s.name}": np.unique([i.group for i in s.items], return_counts=True)[1]
+                   for s in p.custom if s.items and all(i.group is not None for i in s.items)}
     for ref, tasks in p.lmeval:
         for t in tasks:
             rows = _rows(data_dir, ref.include_path, t.name)
@@ -71,9 +74,17 @@ def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float | 
         rate = flip_rate if flip_rate is not None else rule.planning_flip_rate
         assumed = mde(n, math.sqrt(rate), rule.alpha, rule.beta).mde
         note = f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}"
+        needed = n_required(rule.margin, math.sqrt(rate), rule.alpha, rule.beta, binary=True)
+        sizes = group_sizes.get(suite)
+        if sizes is not None and len(sizes) > 1 and rule.planning_icc is not None:
+            # items in groups: the same plan counted in groups, as the gate will (design effect, G - 1 df)
+            deff, df = design_effect(sizes, rule.planning_icc), len(sizes) - 1
+            worst, assumed = (clustered(mde(n, sd, rule.alpha, rule.beta), deff, df, len(sizes)).mde
+                              for sd in (math.sqrt(BINARY_PLANNING_VAR), math.sqrt(rate)))
+            needed = n_required_clustered(rule.margin, math.sqrt(rate), round(n / len(sizes)), rule.planning_icc,
+                                          rule.alpha, rule.beta)
         out.append(SuitePlan(suite=suite, metric=metric, n=n, rule=rule, margin_note=note, mde_worst=worst,
-                             mde_assumed=assumed, n_needed=n_required(rule.margin, math.sqrt(rate), rule.alpha,
-                                                                       rule.beta, binary=True)))
+                             mde_assumed=assumed, n_needed=needed))
     return out
 
 

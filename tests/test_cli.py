@@ -71,3 +71,28 @@ def test_plan_reports_n_and_mde_per_suite():
     assert rows["custom/capitals"]["n"] == 53
     gk = rows["lm_eval/bb_general_knowledge"]
     assert gk["mde_assumed"] < gk["mde_worst_case"] and gk["supports_margin"] is True
+
+
+def test_plan_counts_groups_when_the_policy_assumes_their_correlation(tmp_path):
+    """60 items in 12 groups of 5: with planning_icc 0.5 (design effect 3) the plan's MDE and n needed
+    grow as the gate's will after the run."""
+    import json
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "items.jsonl").write_text("".join(json.dumps({"id": f"i{k}", "prompt": f"q{k}", "reference": "a",
+                                                           "group": f"passage{k // 5}"}) + "\n" for k in range(60)))
+    (suite / "s.yaml").write_text("name: grouped\nitems: items.jsonl\nscorers: [{kind: exact}]\n")
+    rows = {}
+    for icc in ("null", "0.5"):
+        cfg = tmp_path / f"c-{icc}.yaml"
+        cfg.write_text(f"name: grouped\nmodel: {{builtin: smollm2-135m-instruct}}\nbaseline: {{name: b, method: bf16}}\n"
+                       f"variants: [{{name: q, method: int8}}]\nsuites: [{{kind: custom, path: {suite / 's.yaml'}}}]\n"
+                       f"gates: {{rules: [{{match: '*', margin: 0.1, planning_icc: {icc}}}]}}\n")
+        r = qeval("plan", str(cfg), "--json")
+        assert r.returncode == 0, r.stderr
+        [rows[icc]] = json.loads(r.stdout)
+    plain, grouped = rows["null"], rows["0.5"]
+    assert plain["n"] == grouped["n"] == 60
+    assert grouped["mde_assumed"] > plain["mde_assumed"] * 3 ** 0.5  # sqrt(design effect), and t at 11 df
+    assert grouped["n_needed"] > plain["n_needed"] * 2 and grouped["n_needed"] % 5 == 0

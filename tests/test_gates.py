@@ -92,3 +92,28 @@ def test_policy_file_errors_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match=r"policy.yaml:line 3: rules.0.margn: unknown key"):
         load_policy(p)
     assert load_policy(ROOT / "configs" / "gates" / "demo.yaml").correction == "holm"
+
+
+def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlated():
+    """Items sharing a group: the observed MDE is the cluster-robust one; the planned MDE (which decides
+    INCONCLUSIVE) counts groups only with an assumed planning_icc, so it stays fixed before the run."""
+    import numpy as np
+
+    from qeval.compare import Paired, compare_metric
+    from qeval.stats import clustered, design_effect, mde
+
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 3)
+    base = rng.normal(0.6, 0.2, 120)
+    cand = base + (rng.normal(0, 0.1, 120) + rng.normal(0, 0.1, 40)[groups]) / np.sqrt(2)
+    p = Paired(ids=[str(i) for i in range(120)], groups=[f"g{g}" for g in groups], base={"m": base},
+               cand={"m": cand}, unpaired_base=[], unpaired_cand=[])
+    policy = GatePolicy(rules=[GateRule(margin=0.05, planning_sd=0.1)])
+    plain = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1), policy)
+    icc = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1, planning_icc=0.5), policy)
+    iid = mde(120, 0.1).mde
+    assert plain.mde == pytest.approx(iid) and "as if independent" in plain.power_method
+    want = clustered(mde(120, 0.1), design_effect(np.full(40, 3), 0.5), 39, 40).mde  # deff 2, t at 39 df
+    assert icc.mde == pytest.approx(want) and icc.mde > iid * np.sqrt(2)
+    assert "clustered (40 groups" in icc.power_method
+    assert plain.mde_observed == icc.mde_observed > mde(120, float(np.std(cand - base, ddof=1))).mde

@@ -208,3 +208,36 @@ def test_newcombe_is_not_degenerate_without_flips_and_mirrors():
     base, cand = _table(30, 7, 2, 11)
     a, b = paired_proportion_ci(base, cand, 0.9), paired_proportion_ci(cand, base, 0.9)
     assert a.ci_low == pytest.approx(-b.ci_high) and a.ci_high == pytest.approx(-b.ci_low)
+
+
+def test_clustered_power_is_the_cluster_robust_t_mde_and_never_gains_from_groups():
+    from qeval.stats import clustered, clustered_mean_delta, design_effect, mean_delta, observed_power
+
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(30), 4)
+    shared = rng.normal(0, 0.2, 30)[groups]  # a within-group effect: positive intra-group correlation
+    base = rng.normal(0.5, 0.1, 120)
+    cand = base + shared + rng.normal(0, 0.1, 120)
+    t, cr = mean_delta(base, cand), clustered_mean_delta(base, cand, groups.astype(str))
+    iid = observed_power(base, cand, False)
+    seen = clustered(iid, (cr.se / t.se) ** 2, cr.df, 30)
+    want = (sps.t.ppf(0.95, cr.df) + sps.t.ppf(0.8, cr.df)) * cr.se  # independently: the t-based MDE
+    assert seen.mde == pytest.approx(want, rel=1e-12) and "design effect" in seen.method
+    assert seen.mde > iid.mde  # 4 correlated items are worth less than 4 independent ones
+    assert clustered(iid, 0.25, 119, 30).mde >= iid.mde  # a design effect below 1 claims no power
+    # the design effect of the plan: 1 + (m - 1) icc for equal groups; size-weighted for unequal ones
+    assert design_effect(np.full(30, 4), 0.5) == pytest.approx(2.5)
+    assert design_effect(np.array([1, 1, 10]), 0.2) == pytest.approx(1 + (102 / 12 - 1) * 0.2)
+
+
+def test_n_required_clustered_against_statsmodels_on_group_means():
+    from statsmodels.stats.power import TTestPower
+
+    from qeval.stats import n_required, n_required_clustered
+
+    assert n_required_clustered(0.05, 0.15, 1, 0.0) == n_required(0.05, 0.15)  # one item per group: the iid plan
+    for m, icc in ((3, 0.5), (5, 0.2), (10, 0.05)):
+        sigma_g = 0.15 * math.sqrt((1 + (m - 1) * icc) / m)
+        groups = TTestPower().solve_power(effect_size=0.05 / sigma_g, alpha=0.05, power=0.8, alternative="larger")
+        n = n_required_clustered(0.05, 0.15, m, icc)
+        assert n % m == 0 and abs(n // m - math.ceil(groups)) <= 1  # Guenther's approximation: within one group
