@@ -42,11 +42,12 @@ def continuous_pair(rng, n, delta, sd, groups=None):
 
 
 def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None = None,
-                   cr1: bool = False) -> tuple[float, float, float | None]:
-    """Share of PASS and of INCONCLUSIVE verdicts; with cr1, also how often the CR1 bound would pass."""
-    rule = GateRule(margin=margin, alpha=0.05, beta=0.2, planning_flip_rate=0.1, planning_sd=sd)
+                   icc: float | None = None) -> tuple[float, float, float, float]:
+    """Shares of PASS and INCONCLUSIVE verdicts, and how often the interval alone would pass (the gate's
+    CR2 / t / Newcombe bound, and CR1's where items are grouped), INCONCLUSIVE aside."""
+    rule = GateRule(margin=margin, alpha=0.05, beta=0.2, planning_flip_rate=0.1, planning_sd=sd, planning_icc=icc)
     policy = GatePolicy(rules=[rule], bootstrap_resamples=2000)
-    passed = inconclusive = cr1_passed = 0
+    passed = inconclusive = bound_passed = cr1_passed = 0
     for r in range(reps):
         b, c = make(np.random.default_rng(r))
         n = len(b)
@@ -57,9 +58,10 @@ def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None
         [g] = evaluate(policy, [comp], ["v"])
         passed += g.verdict == "PASS"
         inconclusive += g.verdict == "INCONCLUSIVE"
-        if cr1:  # the same data through the CR1 interval the gate used before (no INCONCLUSIVE here: mde < margin)
+        bound_passed += comp.ci_low > -margin
+        if groups is not None:  # the same data through the CR1 interval the gate used before
             cr1_passed += clustered_mean_delta(b, c, gl, confidence=0.9, adjustment="CR1").ci_low > -margin
-    return passed / reps, inconclusive / reps, cr1_passed / reps if cr1 else None
+    return passed / reps, inconclusive / reps, bound_passed / reps, cr1_passed / reps
 
 
 def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd: float) -> None:
@@ -67,13 +69,17 @@ def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd:
     sizes = np.bincount(groups)
     deff = 1 + 0.5 * ((sizes ** 2).sum() / n - 1)  # variance of the mean over the unclustered one, ICC 0.5
     print(f"continuous, clustered, {label}: {len(sizes)} groups of {sizes.min()}..{sizes.max()} items, n = {n}, "
-          f"design effect {deff:.2f} (the planned n: n_required_clustered, groups of 3, ICC 0.5)")
-    fp, _, fp1 = gate_pass_rate(lambda g: continuous_pair(g, n, -margin, sd, groups), reps, margin, groups, sd, True)
-    pw, inc, pw1 = gate_pass_rate(lambda g: continuous_pair(g, n, 0.0, sd, groups), reps, margin, groups, sd, True)
+          f"design effect {deff:.2f} (n planned by n_required_clustered for groups of 3, ICC 0.5; the gate "
+          f"rule says planning_icc: 0.5)")
+    fp, finc, fb, f1 = gate_pass_rate(lambda g: continuous_pair(g, n, -margin, sd, groups), reps, margin, groups, sd,
+                                      icc=0.5)
+    pw, inc, pb, p1 = gate_pass_rate(lambda g: continuous_pair(g, n, 0.0, sd, groups), reps, margin, groups, sd,
+                                     icc=0.5)
     mc = math.sqrt(0.05 * 0.95 / reps)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05; Monte Carlo se {mc:.4f}); "
-          f"CR1 on the same data {fp1:.4f}")
-    print(f"  true delta = 0:       pass rate {pw:.4f}; inconclusive {inc:.4f}; CR1 {pw1:.4f}")
+          f"inconclusive {finc:.4f}; the CR2 bound alone {fb:.4f}, CR1's {f1:.4f}")
+    print(f"  true delta = 0:       pass rate {pw:.4f}; inconclusive {inc:.4f}; the CR2 bound alone {pb:.4f}, "
+          f"CR1's {p1:.4f}")
 
 
 def main() -> None:
@@ -87,13 +93,13 @@ def main() -> None:
     n_cont = n_required(margin, sd)
     print(f"reps={args.reps}, margin={margin}, alpha=0.05, beta=0.2")
     print(f"binary: flip rate {p_disc}, planned n = {n_bin}")
-    fp, _, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, -margin), args.reps, margin)
-    pw, inc, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, 0.0), args.reps, margin)
+    fp, _, _, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, -margin), args.reps, margin)
+    pw, inc, _, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, 0.0), args.reps, margin)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
     print(f"continuous: sd(d) {sd}, planned n = {n_cont}")
-    fp, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
-    pw, inc, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
+    fp, _, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
+    pw, inc, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
     # intra-cluster correlation 1/2 in groups of 3: planned in groups (their means are the independent units)
