@@ -54,9 +54,10 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     conf = 1 - 2 * rule.alpha  # two-sided interval whose ends are the one-sided (1 - alpha) bounds
     t = mean_delta(base, cand, confidence=conf)
     grouped = all(g is not None for g in p.groups) and len(set(p.groups)) > 1
+    labels = [str(g) for g in p.groups]
     binary = is_binary(base, cand)
     if grouped:
-        ci = clustered_mean_delta(base, cand, [str(g) for g in p.groups], confidence=conf)
+        ci = clustered_mean_delta(base, cand, labels, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
     elif policy.interval == "auto" and binary:
         ci = paired_proportion_ci(base, cand, confidence=conf)
@@ -71,8 +72,8 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     power = planned_power(len(p.ids), binary, rule.alpha, rule.beta, rule.planning_flip_rate, rule.planning_sd,
                           observed_sd=seen.sigma)
     if grouped:  # items in groups carry less information than their count: power as the interval sees it
-        sizes = np.unique(np.asarray([str(g) for g in p.groups]), return_counts=True)[1]
-        df = ci.df or len(sizes) - 1
+        sizes = np.unique(labels, return_counts=True)[1]
+        df = ci.df  # the clustered interval's (Bell-McCaffrey) degrees of freedom
         observed = (ci.se / t.se) ** 2 if t.se > 0 and np.isfinite(ci.se) else np.inf
         seen = clustered(seen, observed, df, len(sizes))
         # the plan stays a design quantity (fixed before the run): grouped only with an assumed correlation
