@@ -33,7 +33,7 @@ from qeval.probe.client import run_concurrency
 from qeval.probe.server_metrics import metrics_url, parse
 from qeval.settings import Settings
 from qeval.store import ResultsStore
-from qeval.suites.custom import CustomSuite, load_suite, run_custom
+from qeval.suites.custom import CustomSuite, _request, load_suite, run_custom
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:prefix_cache_hits")
@@ -63,12 +63,9 @@ def tokenized(endpoint: Endpoint, suite: CustomSuite) -> list[list[int]]:
     out = []
     with httpx.Client(base_url=endpoint.base_url.removesuffix("/v1"), timeout=30) as client:
         for item in suite.items:
-            if gen.chat:
-                msgs = ([m.model_dump() for m in item.messages] if item.messages
-                        else [{"role": "user", "content": item.prompt}])
-                body = {"model": endpoint.model, "messages": msgs, "add_generation_prompt": True}
-            else:
-                body = {"model": endpoint.model, "prompt": item.prompt}
+            _, payload = _request(item, gen, endpoint.model)  # the request the suite sends
+            body = ({"model": endpoint.model, "messages": payload["messages"], "add_generation_prompt": True}
+                    if "messages" in payload else {"model": endpoint.model, "prompt": payload["prompt"]})
             r = client.post("/tokenize", json=body)
             r.raise_for_status()
             out.append(r.json()["tokens"])
