@@ -32,7 +32,7 @@ from .probe.grid import GridRow, assemble, cell_probe, metric_segment
 from .probe.grid import settings as grid_settings
 from .probe.grid_run import load_rows, run_row, save_row, serve_row
 from .progress import PlainReporter, Reporter
-from .record import RunRecord, SuiteSummary, VariantResult, prior_run
+from .record import RunRecord, SuiteSummary, VariantResult, prior_facts, prior_run
 from .settings import Settings
 from .store import Record, ResultsStore
 from .suites.custom import CustomSuite, load_suite, run_custom
@@ -365,11 +365,11 @@ class Campaign:
                 self.log(f"[{v.name}] grid row {row.label} has no cells: {errors[row.label]}")
         result.grid = assemble(self.cfg.grid, self.cfg.probe.slo, load_rows(rows), errors)
 
-    def summarize(self, store: ResultsStore, vkey: str, p: Plan) -> list[SuiteSummary]:
+    def summarize(self, store: ResultsStore, vkey: str, p: Plan, complete_only: bool = False) -> list[SuiteSummary]:
         out = []
         for name, key, primary in self._suite_keys(p):
             recs = store.records(vkey, key)
-            if not recs:
+            if not recs or (complete_only and not store.is_complete(vkey, key)):
                 continue
             metrics = sorted(recs[0].scores)
             means = {m: sum(r.scores.get(m, 0.0) for r in recs) / len(recs) for m in metrics}
@@ -391,7 +391,7 @@ class Campaign:
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
-        prior = prior_run(record_path)
+        prior, facts = prior_run(record_path), prior_facts(record_path)
         resuming = prior is not None and prior["finished_at"] is None and prior["config_hash"] == cfg.config_hash()
         record = RunRecord(run_id=prior["run_id"] if resuming else uuid.uuid4().hex, campaign=cfg.name,
                            config_hash=cfg.config_hash(), config=cfg.model_dump(mode="json"),
@@ -419,10 +419,20 @@ class Campaign:
                     res.weights_bytes = _weights_bytes(ckpt) if v.method != "external" else None
                     vkey = self.variant_key(v, res.checkpoint_hash)
                     res.key = vkey
+                    if res.quantize_seconds is None:  # the checkpoint was made by an earlier attempt
+                        res.quantize_seconds = facts.get(vkey, {}).get("quantize_seconds")
                     if self._todo(store, vkey, p, self.grid_rows(v, res.checkpoint_hash)):
+                        # on the record before it starts: a run cut here leaves it as partial, with the key
+                        # under which `qeval finish` finds the suites it stored
+                        res.status, res.error = "partial", "cut while being evaluated; run the same command again"
+                        record.variants.append(res)
+                        record.save(record_path)
                         self.evaluate_variant(v, ckpt, vkey, p, store, res)
+                        res.status, res.error = "ok", None
                     else:
                         self.log(f"[{v.name}] every suite already in the store: nothing to run")
+                        for f, val in facts.get(vkey, {}).items():  # measured when it was served
+                            setattr(res, f, val)
                     keys[v.name] = vkey
                     res.suites = self.summarize(store, vkey, p)
                     if self.cfg.probe.enabled and self._probe_path(vkey).exists():
@@ -432,7 +442,8 @@ class Campaign:
                 except (EngineError, QuantizeError, MissingEnvError) as e:
                     res.status, res.error = "error", str(e)
                     self.log(f"[{v.name}] NOT EVALUATED: {e}")
-                record.variants.append(res)
+                if not any(r is res for r in record.variants):
+                    record.variants.append(res)
                 record.save(record_path)
             self.compare_and_gate(record, store, keys, p)
         if not any(v.status == "skipped" for v in record.variants):  # else unfinished: a rerun resumes it
@@ -452,30 +463,40 @@ class Campaign:
         if record.config_hash != self.cfg.config_hash():
             raise ConfigError("this run was made from a different campaign file (config hash differs)",
                               file=self.config_file, where=str(record_path))
-        done = {v.name for v in record.variants}
-        for v in self.cfg.all_variants():
-            if v.name not in done:
-                record.variants.append(VariantResult(
-                    name=v.name, method=v.method, role="baseline" if v is self.cfg.baseline else "variant",
-                    status="skipped", error="not reached before the run stopped; run it again to resume"))
-        keys = {v.name: v.key for v in record.variants if v.status == "ok" and v.key}
         # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, so read
         # the logprobs suites under the keys the run itself recorded (the texts are not needed to compare)
         ran = {s.suite: s.key for v in record.variants for s in v.suites}
         p.logprobs[:] = [dataclasses.replace(s, key=ran.get(s.suite, s.key)) for s in p.logprobs]
+        done = {v.name for v in record.variants}
         with ResultsStore(self.run_dir / "results.sqlite") as store:
+            for v in self.cfg.all_variants():
+                if v.name in done:
+                    continue
+                # cut before its record was saved (records from qeval before 'partial' existed): the store
+                # names the variant; only keys this run wrote to count, the newest first
+                found = store.keys_written_since(v.name, dt.datetime.fromisoformat(record.started_at).timestamp())
+                record.variants.append(VariantResult(
+                    name=v.name, method=v.method, role="baseline" if v is self.cfg.baseline else "variant",
+                    key=found[0] if found else "", status="partial" if found else "skipped",
+                    error=None if found else "not reached before the run stopped; run it again to resume"))
+            for r in record.variants:
+                if r.status == "partial":
+                    self._partial(store, r, p)
+            keys = {v.name: v.key for v in record.variants if v.status in ("ok", "partial") and v.key}
             self.compare_and_gate(record, store, keys, p)
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
 
     def distribution(self, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]], name: str,
-                     vkey: str, p: Plan) -> list:
+                     vkey: str, p: Plan, complete_only: bool = False) -> list:
         """KL divergence and top-1 agreement per chunk against the baseline, as paired comparisons
         (the baseline's own KL is 0 and its agreement 1), plus a per-token summary in the record."""
         out = []
         res = next(r for r in record.variants if r.name == name)
         base_res = next(r for r in record.variants if r.name == self.cfg.baseline.name)
         for lp in p.logprobs:
+            if complete_only and not store.is_complete(vkey, lp.key):
+                continue
             base_recs, cand_recs = base_records[lp.key], store.records(vkey, lp.key)
             if not base_recs or not cand_recs:
                 continue
@@ -500,9 +521,22 @@ class Campaign:
                 out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, self.cfg.gates))
         return out
 
+    def _partial(self, store: ResultsStore, res: VariantResult, p: Plan) -> None:
+        """A variant cut while being evaluated: what it finished, for the comparison, and what it lacks."""
+        res.suites = self.summarize(store, res.key, p, complete_only=True)
+        if self.cfg.probe.enabled and self._probe_path(res.key).exists():
+            res.probe = json.loads(self._probe_path(res.key).read_text())
+            res.probe_requests = str(self._probe_path(res.key).with_suffix(".parquet"))
+        done = {s.suite for s in res.suites}
+        missing = [name for name, _, _ in self._suite_keys(p) if name not in done]
+        missing += ["latency probe"] if self.cfg.probe.enabled and res.probe is None else []
+        res.error = (f"cut while being evaluated: {len(done)} finished suite(s) compared, verdict NOT_EVALUATED; "
+                     f"missing: {', '.join(missing) or 'nothing'}; run the same command again to resume")
+
     def compare_and_gate(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan) -> None:
         cfg = self.cfg
-        base_key = keys.get(cfg.baseline.name)
+        partial = {r.name for r in record.variants if r.status == "partial"}
+        base_key = keys.get(cfg.baseline.name) if cfg.baseline.name not in partial else None
         comparisons = []
         if base_key is not None:
             # the baseline's records are read once, not once per variant
@@ -511,6 +545,8 @@ class Campaign:
                 if v.name not in keys:
                     continue
                 for suite, skey, primary in self._suite_keys(p):
+                    if v.name in partial and not store.is_complete(keys[v.name], skey):
+                        continue
                     paired = align(suite, base_records[skey], store.records(keys[v.name], skey))
                     metrics = sorted(paired.base)
                     for m in metrics:
@@ -518,7 +554,8 @@ class Campaign:
                         is_primary = m == (primary or metrics[0]) and not suite.startswith("logprobs/")
                         rule = rule_for(cfg.gates, suite, m) or GateRule()
                         comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates))
-                comparisons += self.distribution(record, store, base_records, v.name, keys[v.name], p)
+                comparisons += self.distribution(record, store, base_records, v.name, keys[v.name], p,
+                                                 complete_only=v.name in partial)
         record.comparisons = adjust_all(comparisons, cfg.gates.correction)
         record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
         record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])
@@ -528,7 +565,7 @@ class Campaign:
                 if r.role == "variant" and r.status == "ok":
                     record.gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf())
         for v in cfg.variants:
-            evaluated = base_key is not None and v.name in keys
+            evaluated = base_key is not None and v.name in keys and v.name not in partial
             record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
         record.verdict = overall_verdict(record.verdicts)
 

@@ -12,7 +12,8 @@ from .errors import ConfigError
 
 SCHEMA_VERSION = 2  # 2: gate modes, power (MDE), interval method, correction
 
-Status = Literal["ok", "error", "skipped"]
+# partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
+Status = Literal["ok", "error", "skipped", "partial"]
 GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED"]
 
 
@@ -172,6 +173,22 @@ class RunRecord(_Model):
         except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ConfigError(f"not a qeval run record of schema {SCHEMA_VERSION}: {first}", file=str(path)) from None
+
+
+# what serving a variant measured; a resume that serves it no more keeps them from the earlier record
+ENGINE_FACTS = ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts", "engine_rss_bytes",
+                "engine_gpu_bytes", "model_memory_bytes", "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
+
+
+def prior_facts(path: Path) -> dict[str, dict[str, Any]]:
+    """Per variant key, the engine facts an earlier record measured (variants it finished), read leniently
+    like prior_run. Keyed by variant key, which names the checkpoint and the engine settings."""
+    try:
+        variants = json.loads(path.read_text())["variants"]
+        return {v["key"]: {f: v[f] for f in ENGINE_FACTS if v.get(f) not in (None, "")}
+                for v in variants if v.get("status") == "ok" and v.get("key")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def prior_run(path: Path) -> dict[str, Any] | None:

@@ -115,5 +115,12 @@ class ResultsStore:
         row = cur.fetchone()
         return row is not None and len(self.done_ids(variant_key, suite_key)) >= row[0]
 
+    def keys_written_since(self, variant: str, since: float) -> list[str]:
+        """The variant keys that records under this variant name were written to since `since` (epoch
+        seconds), newest first: how `qeval finish` finds a variant that was cut before its record was."""
+        cur = self._db.execute("SELECT variant_key FROM records WHERE variant=? GROUP BY variant_key "
+                               "HAVING MAX(created_at) >= ? ORDER BY MAX(created_at) DESC", (variant, since))
+        return [r[0] for r in cur]
+
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM records").fetchone()[0]

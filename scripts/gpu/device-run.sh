@@ -20,7 +20,7 @@ rc=$?
 echo "qeval exit code: $rc"
 if [ -n "${OUT:-}" ] && [ -d "runs/$name" ]; then
   # the record, reports, per-request tables and logs; the SQLite store too (per-item evidence)
-  tar czf "$OUT/$name.tgz" --exclude='*.tmp*' -C runs "$name"
+  tar czf "$OUT/$name.tgz" --exclude='*.tmp*' --exclude="$name/work" -C runs "$name"  # work/: lm-eval's dataset caches
   ls -la "$OUT"
 fi
 exit $rc

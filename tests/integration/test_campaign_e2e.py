@@ -73,13 +73,16 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     assert 10 <= partial < sum(EXPECTED.values())
 
     # 1b. `qeval finish` gives a verdict from what is stored, serving nothing: the unfinished variants
-    # are NOT_EVALUATED (exit 3, never PASS), and the run stays open for the resume below
+    # are NOT_EVALUATED (exit 3, never PASS), and the run stays open for the resume below; int8, cut while
+    # being evaluated, is on the record as partial, and only the suites it finished are compared
     fin = subprocess.run([sys.executable, "-m", "qeval.cli", "finish", str(cfg), "--no-mlflow"],
                          env=subprocess_env(COLUMNS="200"), capture_output=True, text=True, timeout=300)
     assert fin.returncode == 3, fin.stdout[-2000:] + fin.stderr[-2000:]
     rec = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
     assert rec.finished_at is None and rec.verdict == "NOT_EVALUATED"
-    assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "int8": "skipped", "same": "skipped"}
+    assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "int8": "partial", "same": "skipped"}
+    assert next(v for v in rec.variants if v.name == "int8").error.startswith("cut while being evaluated")
+    assert all(c.n_paired == EXPECTED[c.suite] for c in rec.comparisons if c.variant == "int8")
     assert rec.verdicts == {"int8": "NOT_EVALUATED", "same": "NOT_EVALUATED"}
     assert count_records(db, "int8") == partial  # nothing served, nothing written to the store
 
@@ -110,6 +113,9 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     assert int8[("custom/capitals", "contains")].n_paired == 53
     assert rec.verdicts["int8"] in ("PASS", "FAIL")
     assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "int8": "ok", "same": "ok"}
+    # bf16 was served by the first attempt only: what its engine measured then is kept
+    bf16 = next(v for v in rec.variants if v.name == "bf16")
+    assert bf16.startup_seconds and bf16.engine_rss_bytes and bf16.engine == "vllm", bf16
     assert next(v for v in rec.variants if v.name == "int8").weights_bytes < \
         next(v for v in rec.variants if v.name == "bf16").weights_bytes
 
