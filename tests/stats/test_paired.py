@@ -6,8 +6,8 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 
 from qeval.stats import decide, flips, mcnemar_exact, mean_delta, paired_bootstrap_ci
-from qeval.stats._resample import (BLOCK_RESAMPLES, DRAWS_PER_CALL, EXACT_FROM, call_sizes, index_resample_means,
-                                   uniform_indices)
+from qeval.stats._kernel import draw_and_sum
+from qeval.stats._resample import BLOCK_RESAMPLES, DRAWS_PER_CALL, EXACT_FROM, call_sizes, index_resample_means
 
 
 def binary_pair(n, p_base, p_flip, seed):
@@ -88,17 +88,6 @@ def index_reference(bits, n, size, exact):
     return out
 
 
-@pytest.mark.parametrize("n", [1, 6, 100_000, EXACT_FROM + 1, 3_000_000_000])  # the last rejects ~30% of draws
-def test_uniform_indices_are_multiply_shift_on_the_raw_stream(n):
-    got = uniform_indices(np.random.SFC64(5), n, 1001, np.empty(1001, np.uint64))
-    assert got.tolist() == index_reference(np.random.SFC64(5), n, 1001, exact=n > EXACT_FROM)
-
-
-def test_uniform_indices_are_uniform():
-    counts = np.bincount(uniform_indices(np.random.SFC64(1), 6, 600_000, np.empty(600_000, np.uint64)))
-    assert sps.chisquare(counts).pvalue > 1e-4
-
-
 @pytest.mark.parametrize("n, resamples", [(300, 2000), (max(DRAWS_PER_CALL, EXACT_FROM) + 3, 3)])
 def test_bootstrap_matches_brute_force_loop(n, resamples):
     """The same random stream (an SFC64 generator per block of resamples, spawned from the seed; calls
@@ -155,3 +144,20 @@ def test_multinomial_path_has_the_index_path_distribution():
     slow = np.array([d[rng.integers(0, 300, 300)].mean() for _ in range(40000)])
     lo, hi = np.quantile(slow, [0.05, 0.95])
     assert fast.ci_low == pytest.approx(lo, abs=0.004) and fast.ci_high == pytest.approx(hi, abs=0.004)
+
+
+def test_compiled_draws_leave_out_and_list_the_rejected_ones():
+    """The compiled loop against a scalar one, with a threshold that rejects about half the draws and an
+    odd row length (the unrolled loop's tail)."""
+    words = np.random.SFC64(3).random_raw(500).view(np.uint32)[:999]
+    d, threshold, rows, size = np.random.default_rng(0).normal(size=7), 2 ** 31, 3, 333
+    sums, rejected = np.zeros(rows), np.zeros(999, np.int64)
+    nrej = draw_and_sum(words, d, np.uint64(threshold), rows, size, sums, rejected)
+    want_sums, want_rej = np.zeros(rows), []
+    for k, w in enumerate(int(x) for x in words):
+        if (w * 7) % 2 ** 32 < threshold:
+            want_rej.append(k)
+        else:
+            want_sums[k // size] += d[w * 7 >> 32]
+    assert rejected[:nrej].tolist() == want_rej and 300 < nrej < 700
+    assert sums == pytest.approx(want_sums, abs=1e-12)
