@@ -296,7 +296,7 @@ class Campaign:
                     self.grid_row(v, row, engine, endpoint)
 
     def _probe_path(self, vkey: str) -> Path:
-        return self.run_dir / "probe" / f"{stable_hash([vkey, self.cfg.probe.model_dump(mode='json')])}.json"
+        return self.run_dir / "probe" / f"{stable_hash([vkey, self.cfg.probe.key()])}.json"
 
     def probe_variant(self, v: VariantSpec, endpoint, vkey: str) -> None:
         """Latency sweep on the server that was just evaluated; written atomically, so a crash redoes it whole."""

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -254,6 +254,19 @@ class ProbeSpec(Strict):
     slo: dict[str, float] = {}
     # per-request SLOs for goodput (requests/s meeting all of them), e.g. {ttft_ms: 500, tpot_ms: 50}
     goodput_slo: dict[str, float] = {}
+
+    # the fields a stored probe's key always names; one added later counts only where set, so that a
+    # newer qeval still finds the probes an older one stored
+    KEYED: ClassVar[frozenset[str]] = frozenset({
+        "enabled", "concurrency", "rates", "prompt_tokens", "output_tokens", "requests_per_step",
+        "min_rounds_per_step", "warmup_requests", "max_seconds_per_step", "stop_after_saturation", "slo",
+        "goodput_slo"})
+
+    def key(self) -> dict[str, Any]:
+        """What a stored probe is keyed by (with the variant's key)."""
+        dump = self.model_dump(mode="json")
+        defaults = type(self)().model_dump(mode="json")
+        return {k: v for k, v in dump.items() if k in self.KEYED or v != defaults[k]}
 
     @field_validator("slo")
     @classmethod

@@ -104,3 +104,16 @@ def test_not_utf8(tmp_path):
     p.write_bytes(b"name: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(p)
+
+
+def test_a_probe_field_added_later_keys_stored_probes_only_where_set():
+    from qeval.config import ProbeSpec
+
+    class Later(ProbeSpec):  # as if a newer qeval added a knob
+        new_knob: int = 3
+
+    assert ProbeSpec.KEYED <= set(ProbeSpec.model_fields)
+    base = ProbeSpec(enabled=True, concurrency=[1, 4])
+    assert Later(enabled=True, concurrency=[1, 4]).key() == base.key() == base.model_dump(mode="json")
+    assert Later(enabled=True, concurrency=[1, 4], new_knob=4).key() == {**base.key(), "new_knob": 4}
+    assert ProbeSpec(enabled=True, concurrency=[1, 8]).key() != base.key()
