@@ -13,11 +13,13 @@ import argparse
 import math
 
 import numpy as np
+from scipy import stats
 
 from qeval.compare import Paired, compare_metric
 from qeval.config import GatePolicy, GateRule
 from qeval.gates import evaluate
 from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
+from qeval.stats.exact import noninferiority_exact
 
 
 def binary_pair(rng, n, p_base, p_disc, delta):
@@ -64,6 +66,22 @@ def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None
     return passed / reps, inconclusive / reps, bound_passed / reps, cr1_passed / reps
 
 
+def exact_test_rates(n: int, gain: float, loss: float, margin: float, alpha: float = 0.05) -> float:
+    """How often the exact test alone rejects (p <= alpha), summed over every (gains, losses) outcome with
+    probability above 1e-12: at delta = -margin its size, which bounds the gate's false-pass rate (a PASS
+    needs it), and at delta = 0 its power, which bounds the gate's."""
+    total = 0.0
+    for g in range(n + 1):
+        pg = stats.binom.pmf(g, n, gain)
+        if pg < 1e-12:
+            continue
+        for l in range(n - g + 1):
+            pr = pg * stats.binom.pmf(l, n - g, loss / (1 - gain))
+            if pr >= 1e-12 and noninferiority_exact(g, l, n, margin).p_value <= alpha:
+                total += pr
+    return total
+
+
 def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd: float) -> None:
     n = len(groups)
     sizes = np.bincount(groups)
@@ -97,11 +115,18 @@ def main() -> None:
     pw, inc, _, _ = gate_pass_rate(lambda g: binary_pair(g, n_bin, 0.6, p_disc, 0.0), args.reps, margin)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
+    size = exact_test_rates(n_bin, (p_disc - margin) / 2, (p_disc + margin) / 2, margin)
+    power = exact_test_rates(n_bin, p_disc / 2, p_disc / 2, margin)
+    print(f"  the exact test a PASS must clear, summed over every outcome: size {size:.4f} (bounds the "
+          f"false-pass rate), power {power:.4f}")
     print(f"continuous: sd(d) {sd}, planned n = {n_cont}")
     fp, _, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, -margin, sd), args.reps, margin, sd=sd)
     pw, inc, _, _ = gate_pass_rate(lambda g: continuous_pair(g, n_cont, 0.0, sd), args.reps, margin, sd=sd)
     print(f"  true delta = -margin: false-pass rate {fp:.4f} (must be <= 0.05)")
     print(f"  true delta = 0:       pass rate (power) {pw:.4f} (target >= 0.80); inconclusive {inc:.4f}")
+    t_crit = stats.t.ppf(0.95, n_cont - 1)  # normal differences: the t bound's rates are exact
+    print(f"  exact (t and noncentral t): false-pass rate 0.0500, pass rate "
+          f"{stats.nct.sf(t_crit, n_cont - 1, margin / sd * math.sqrt(n_cont)):.4f}")
     # intra-cluster correlation 1/2 in groups of 3: planned in groups (their means are the independent units)
     n_cl = n_required_clustered(margin, sd, 3, 0.5)
     reps_cl = args.reps_clustered or args.reps

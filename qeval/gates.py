@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 from .config import GatePolicy, GateRule
 from .record import Comparison, GateResult, GateVerdict
 from .stats import decide
+from .stats.exact import noninferiority_exact
 
 
 def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
@@ -36,13 +37,28 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
     margin = rule.margin * abs(c.base_mean) if rule.relative else rule.margin
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
+    reason, p_exact = d.reason, None
+    if verdict == "PASS" and c.binary and c.n_groups is None and rule.mode != "superiority" \
+            and c.flips_variant_only is not None and c.flips_base_only is not None:
+        # the interval is an approximation (a little above alpha at some n): a PASS must also clear the
+        # exact test, which keeps the false-pass rate at or below alpha for every flip rate
+        gains, losses = ((c.flips_variant_only, c.flips_base_only) if sign > 0
+                         else (c.flips_base_only, c.flips_variant_only))
+        p_exact = noninferiority_exact(gains, losses, c.n_paired, margin).p_value
+        if rule.mode == "equivalence":  # the other one-sided test: not better by the margin or more
+            p_exact = max(p_exact, noninferiority_exact(losses, gains, c.n_paired, margin).p_value)
+        if p_exact > rule.alpha:
+            verdict = "FAIL"
+            reason = f"{reason}, but the exact test does not confirm it (p = {p_exact:.4f} > alpha {rule.alpha:g})"
+        else:
+            reason = f"{reason}; exact test p = {p_exact:.4f}"
     if verdict == "FAIL" and rule.action == "warn":
         verdict = "WARN"
     return GateResult(variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, mode=rule.mode,
                       margin=margin, margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
                       alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
                       delta=delta, lower_bound=low, upper_bound=high, mde=c.mde, p_value=c.p_value,
-                      p_adjusted=c.p_adjusted, action=rule.action, verdict=verdict, reason=d.reason)
+                      p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason)
 
 
 def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str]) -> list[GateResult]:

@@ -136,6 +136,7 @@ class GateResult(_Model):
     mde: float | None = None
     p_value: float | None = None
     p_adjusted: float | None = None
+    p_exact: float | None = None  # 0/1 metrics: the exact unconditional test a PASS must also clear
     action: Literal["fail", "warn"]
     verdict: GateVerdict
     reason: str = ""

@@ -30,7 +30,9 @@ that positive is better), whose ends are one-sided (1 - alpha) bounds. Non-infer
 the lower bound is above -margin; it fails when the bound is below, or when even the upper bound
 is; it is INCONCLUSIVE when the suite's minimum detectable effect (MDE, at alpha and power
 1 - beta, from the observed paired variance) exceeds the margin: the suite was too small to
-tell. INCONCLUSIVE counts as {{ "a failure" if r.inconclusive == "fail" else "a pass" }} for the exit code.
+tell. For 0/1 scores a PASS must also clear an exact unconditional non-inferiority test (its p in
+"why"), which holds the false-pass rate at alpha where the interval is an approximation.
+INCONCLUSIVE counts as {{ "a failure" if r.inconclusive == "fail" else "a pass" }} for the exit code.
 A variant passes only if all its gates pass (an intersection-union test: no correction is needed
 for that verdict).
 

@@ -142,7 +142,10 @@ def test_mde_matches_statsmodels_power(n, sigma):
     from statsmodels.stats.power import TTestPower
 
     exact = TTestPower().solve_power(effect_size=got.mde / sigma, alpha=0.05, power=0.8, alternative="larger")
-    assert n_required(got.mde, sigma) in (math.ceil(exact), math.ceil(exact) + 1)  # the t test's own n
+    assert n_required(got.mde, sigma) == math.ceil(exact)  # the t test's own n
+    for margin, sd in ((0.05, 0.15), (0.02, 0.3), (0.2, 0.1)):
+        n = TTestPower().solve_power(effect_size=margin / sd, alpha=0.05, power=0.8, alternative="larger")
+        assert n_required(margin, sd) == math.ceil(n)
 
 
 def test_discordance_upper_is_clopper_pearson():
@@ -240,4 +243,4 @@ def test_n_required_clustered_against_statsmodels_on_group_means():
         sigma_g = 0.15 * math.sqrt((1 + (m - 1) * icc) / m)
         groups = TTestPower().solve_power(effect_size=0.05 / sigma_g, alpha=0.05, power=0.8, alternative="larger")
         n = n_required_clustered(0.05, 0.15, m, icc)
-        assert n % m == 0 and abs(n // m - math.ceil(groups)) <= 1  # Guenther's approximation: within one group
+        assert n % m == 0 and n // m == math.ceil(groups)
