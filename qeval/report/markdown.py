@@ -53,6 +53,12 @@ wrong, c = baseline wrong / variant right.
 {% for c in r.comparisons -%}
 | {{ c.variant }} | {{ c.suite }} / {{ c.metric }} | {{ c.n_paired }}{% if c.unpaired_base or c.unpaired_variant %} ({{ c.unpaired_base }}+{{ c.unpaired_variant }} unpaired){% endif %} | {{ s(c.delta) }} | [{{ s(c.ci_low) }}, {{ s(c.ci_high) }}] ({{ "%.0f" % (100 * c.confidence) }}%) | {{ c.interval_method }} | [{{ s(c.t_ci_low) }}, {{ s(c.t_ci_high) }}] | {% if c.binary %}{{ c.flips_base_only }} / {{ c.flips_variant_only }} ({{ "%.1f" % (100 * c.flip_rate) }}%){% else %}-{% endif %} | {{ p(c.p_value) }} | {{ p(c.p_adjusted) }} |
 {% endfor %}
+{% set grouped = r.comparisons | selectattr("n_groups") | list %}{% if grouped %}
+Items in groups (cluster-robust interval); how each planned MDE counts them:
+{% for c in grouped %}
+- {{ c.variant }}, {{ c.suite }} / {{ c.metric }}: {{ c.n_groups }} groups; {{ c.power_method }}
+{%- endfor %}
+{% endif %}
 {% else %}No quality comparison: this campaign ran no suite (speed and memory only).
 {% endif %}
 {% if dist %}
