@@ -32,7 +32,7 @@ from .probe.grid import GridRow, assemble, cell_probe, metric_segment
 from .probe.grid import settings as grid_settings
 from .probe.grid_run import load_rows, run_row, save_row, serve_row
 from .progress import PlainReporter, Reporter
-from .record import RunRecord, SuiteSummary, VariantResult, prior_facts, prior_run
+from .record import RunRecord, SuiteSummary, VariantResult, prior_run
 from .settings import Settings
 from .store import Record, ResultsStore
 from .suites.custom import CustomSuite, load_suite, run_custom
@@ -391,7 +391,8 @@ class Campaign:
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
-        prior, facts = prior_run(record_path), prior_facts(record_path)
+        prior = prior_run(record_path)
+        facts = prior["facts"] if prior else {}
         resuming = prior is not None and prior["finished_at"] is None and prior["config_hash"] == cfg.config_hash()
         record = RunRecord(run_id=prior["run_id"] if resuming else uuid.uuid4().hex, campaign=cfg.name,
                            config_hash=cfg.config_hash(), config=cfg.model_dump(mode="json"),

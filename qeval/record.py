@@ -181,22 +181,19 @@ ENGINE_FACTS = ("quantize_seconds", "engine", "engine_version", "startup_seconds
                 "engine_gpu_bytes", "model_memory_bytes", "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
 
 
-def prior_facts(path: Path) -> dict[str, dict[str, Any]]:
-    """Per variant key, the engine facts an earlier record measured (variants it finished), read leniently
-    like prior_run. Keyed by variant key, which names the checkpoint and the engine settings."""
-    try:
-        variants = json.loads(path.read_text())["variants"]
-        return {v["key"]: {f: v[f] for f in ENGINE_FACTS if v.get(f) not in (None, "")}
-                for v in variants if v.get("status") == "ok" and v.get("key")}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+def prior_facts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per variant key, the engine facts an earlier record (as read from JSON) measured for the variants
+    it finished. Keyed by variant key, which names the checkpoint and the engine settings."""
+    return {v["key"]: {f: v[f] for f in ENGINE_FACTS if v.get(f) not in (None, "")}
+            for v in data.get("variants", []) if v.get("status") == "ok" and v.get("key")}
 
 
 def prior_run(path: Path) -> dict[str, Any] | None:
-    """What a resume needs of an earlier record (id, start, finish, config hash), read leniently:
-    a record of an older schema, or a torn one, just means no resume."""
+    """What a resume needs of an earlier record (id, start, finish, config hash, and the engine facts per
+    variant key: `facts`), read leniently: a record of an older schema, or a torn one, means no resume."""
     try:
         data = json.loads(path.read_text())
-        return {k: data[k] for k in ("run_id", "started_at", "finished_at", "config_hash")}
-    except (OSError, ValueError, KeyError, TypeError):
+        return {**{k: data[k] for k in ("run_id", "started_at", "finished_at", "config_hash")},
+                "facts": prior_facts(data)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -46,21 +46,22 @@ def n_required(margin: float, sigma: float, alpha: float = 0.05, beta: float = 0
     uses (noncentral t; statsmodels' TTestPower rounded up)."""
     if margin <= 0:
         return math.inf  # type: ignore[return-value]
-    n = (_z(alpha, beta) * sigma / margin) ** 2
     if binary:
+        n = (_z(alpha, beta) * sigma / margin) ** 2
         n = n / 4 * (1 + math.sqrt(1 + 4 / (n * margin))) ** 2
         return max(2, math.ceil(n))
-    return _t_units(n + float(stats.norm.ppf(1 - alpha)) ** 2 / 2, margin / sigma, alpha, beta)
+    return _t_units(margin / sigma, alpha, beta)
 
 
-def _t_units(guess: float, effect: float, alpha: float, beta: float) -> int:
+def _t_units(effect: float, alpha: float, beta: float) -> int:
     """The fewest independent units whose one-sided t test at alpha detects `effect` (in sd units) with
-    power 1 - beta, exactly (noncentral t), from Guenther's approximation `guess`, which is within a
-    unit or two of it (one short at 57 for margin 0.05, sd 0.15: power 0.7999)."""
+    power 1 - beta, exactly (noncentral t), searched from Guenther's approximation (z^2 / effect^2 plus
+    z_alpha^2 / 2), which is within a unit or two of it (one short at 57 for margin 0.05, sd 0.15:
+    power 0.7999)."""
     def power(k: int) -> float:
         return float(stats.nct.sf(stats.t.ppf(1 - alpha, k - 1), k - 1, effect * math.sqrt(k)))
 
-    k = max(2, math.ceil(guess))
+    k = max(2, math.ceil((_z(alpha, beta) / effect) ** 2 + float(stats.norm.ppf(1 - alpha)) ** 2 / 2))
     while k > 2 and power(k - 1) >= 1 - beta:
         k -= 1
     while power(k) < 1 - beta:
@@ -95,12 +96,8 @@ def n_required_clustered(margin: float, sigma: float, group_size: int, icc: floa
     """Items needed when they come in groups of `group_size` with intra-group correlation `icc`: the
     groups' mean differences are the independent units (variance sigma^2 (1 + (m - 1) icc) / m), and the
     cluster-robust t test has G - 1 df, so the t test's exact n is counted in groups."""
-    if margin <= 0:
-        return math.inf  # type: ignore[return-value]
     m = max(1, group_size)
-    sigma_g = sigma * math.sqrt((1 + (m - 1) * icc) / m)
-    groups = (_z(alpha, beta) * sigma_g / margin) ** 2 + float(stats.norm.ppf(1 - alpha)) ** 2 / 2
-    return _t_units(groups, margin / sigma_g, alpha, beta) * m
+    return n_required(margin, sigma * math.sqrt((1 + (m - 1) * icc) / m), alpha, beta) * m  # in groups
 
 
 def discordance_upper(discordant: int, n: int, alpha: float = 0.05) -> float:
