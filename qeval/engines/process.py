@@ -14,6 +14,9 @@ from pathlib import Path
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+# on Ctrl-C / SIGTERM the user (or CI) is waiting: children get this long after SIGTERM, then SIGKILL
+INTERRUPT_GRACE_S = 3.0
+STOP_GRACE_S = 30.0  # otherwise: time for a clean shutdown (vLLM frees its engine core and device memory)
 
 
 # "RuntimeError: ...", "ValueError: ...", "CUDA out of memory", "Address already in use": causes, not frames
@@ -28,6 +31,19 @@ def _die_with_parent() -> None:
         pass
 
 
+def stop_grace(exc: BaseException | None, normal: float | None = None) -> float | None:
+    """How long a child may take to stop cleanly: short while an interrupt unwinds, else `normal`."""
+    return INTERRUPT_GRACE_S if isinstance(exc, KeyboardInterrupt) else normal
+
+
+def is_alive(p: psutil.Process) -> bool:
+    """Still running: a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # NoSuchProcess, and ZombieProcess where status() itself finds it dead
+        return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -35,6 +51,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerProcess:
+    """A child in its own process group that dies with qeval; `terminate` ends the whole group.
+    Servers (vLLM, MLflow) and tool workers (quantizers, lm-eval) alike."""
+
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
         self.argv, self.env, self.log_path = argv, env, log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -45,6 +64,14 @@ class ServerProcess:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=_die_with_parent)
+
+    def wait(self) -> int:
+        """Wait for it to exit; an exception meanwhile (Ctrl-C, SIGTERM) ends its whole group first."""
+        try:
+            return self.proc.wait()
+        except BaseException:
+            self.terminate(grace_s=INTERRUPT_GRACE_S)
+            raise
 
     @property
     def pid(self) -> int | None:
@@ -86,7 +113,7 @@ class ServerProcess:
                 continue
         return total or None
 
-    def terminate(self, grace_s: float = 30) -> None:
+    def terminate(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after the grace period."""
         if self.proc is None:
             return
@@ -95,16 +122,18 @@ class ServerProcess:
         self._signal(pgid, signal.SIGTERM)
         self._signal(pgid, signal.SIGCONT)  # a stopped (hung) server acts on the TERM only once continued
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and (self.proc.poll() is None or any(p.is_running() for p in members)):
-            time.sleep(0.2)
-        self._signal(pgid, signal.SIGKILL)
-        for p in members:  # children that left the group (setsid) are still ours to end
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        self.proc.wait()
-        self.proc = None
+        try:
+            while time.monotonic() < deadline and (self.proc.poll() is None or any(is_alive(p) for p in members)):
+                time.sleep(0.1)
+        finally:  # also when a second Ctrl-C lands while waiting: nothing is left behind
+            self._signal(pgid, signal.SIGKILL)
+            for p in members:  # children that left the group (setsid) are still ours to end
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            self.proc.wait()
+            self.proc = None
 
     @staticmethod
     def _group(pgid: int) -> list[psutil.Process]:

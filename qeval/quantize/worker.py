@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import psutil
 
+from ..engines.process import ServerProcess
 from ..errors import MissingEnvError, QuantizeError
 from ..hashing import stable_hash, tree_hash
 from .calibration import calibration_texts
@@ -72,14 +72,16 @@ class WorkerQuantizer:
         spec = self.spec(base, variant) | {"base": str(base), "out": str(tmp), "calibration": calibration_texts()}
         if self.engine is not None and self.engine.trust_remote_code:
             spec["trust_remote_code"] = True
-        spec_file = tmp.with_suffix(".json")
+        # this process's own spec beside its own folder (not tmp.with_suffix, which would drop ".tmp-PID" and
+        # give every campaign making this variant one shared spec file)
+        spec_file = out.with_name(tmp.name + ".json")
         spec_file.write_text(json.dumps(spec))
         env = self.runtime.env(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        log.parent.mkdir(parents=True, exist_ok=True)
+        # its own process group, dying with qeval; on Ctrl-C / SIGTERM its whole group is ended
+        worker = ServerProcess([str(self.runtime.python), str(self.worker), str(spec_file)], env, log)
         try:
-            with log.open("ab") as f:
-                rc = subprocess.run([str(self.runtime.python), str(self.worker), str(spec_file)], env=env, stdout=f,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            worker.spawn()
+            rc = worker.wait()
             if rc != 0 or not (tmp / self.done_file).is_file():
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
                 raise QuantizeError(f"{self.name} failed for variant {variant.name!r} (exit {rc}); log: {log}\n{tail}")

@@ -1,0 +1,100 @@
+"""Shared by every test: subprocesses that cannot outlive the test that started them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from typing import Callable, Iterable
+
+import psutil
+import pytest
+
+from qeval.engines.process import is_alive
+
+
+def wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has exited (a zombie counts as gone); the ones still alive."""
+    procs = list(procs)
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in procs if is_alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def describe(procs: Iterable[psutil.Process]) -> list[str]:
+    """pid and command line of each process, for an assertion message; never raises on a dead one."""
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline()[:4])}")
+        except psutil.Error:
+            out.append(f"{p.pid}: (gone)")
+    return out
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+MARK = "QEVAL_TEST_SPAWN"  # in a spawned process's environment, inherited by everything it starts
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Processes whose environment carries this token: a spawned process's descendants, also the ones
+    orphaned when their parent died (they are no longer its children, and servers leave its group)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and p.environ().get(MARK) == token:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def kill_tree(proc: subprocess.Popen, token: str) -> None:
+    """SIGKILL a process started in its own group: the group, then every process that carries its
+    token (servers start sessions of their own, so they are not in its group), then reap it."""
+    tree = [*descendants(proc.pid), *marked(token)]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in tree:
+        try:
+            if is_alive(p):
+                p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    wait_gone(tree, timeout=10)
+
+
+@pytest.fixture
+def spawn(request) -> Callable[..., subprocess.Popen]:
+    """`spawn(argv, **popen_kwargs) -> Popen`: started in a process group of its own, its environment
+    marked; at teardown, pass or fail, its group and every process it started are killed."""
+    started: list[tuple[subprocess.Popen, str]] = []
+
+    def _spawn(argv, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        token = uuid.uuid4().hex
+        env = {**(os.environ if env is None else env), MARK: token}
+        proc = subprocess.Popen(argv, start_new_session=True, env=env, **kwargs)
+        proc.test_token = token  # marked(proc.test_token): whatever it started that is still there
+        started.append((proc, token))
+        return proc
+
+    def _finalize() -> None:
+        for proc, token in started:
+            kill_tree(proc, token)
+
+    request.addfinalizer(_finalize)
+    return _spawn
