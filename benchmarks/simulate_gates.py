@@ -18,6 +18,7 @@ from scipy import stats
 from qeval.compare import Paired, compare_metric
 from qeval.config import GatePolicy, GateRule
 from qeval.gates import evaluate
+from qeval.metrics import continuous, indicator
 from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
 from qeval.stats.exact import noninferiority_exact
 
@@ -49,6 +50,7 @@ def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None
     CR2 / t / Newcombe bound, and CR1's where items are grouped), INCONCLUSIVE aside."""
     rule = GateRule(margin=margin, alpha=0.05, beta=0.2, planning_flip_rate=0.1, planning_sd=sd, planning_icc=icc)
     policy = GatePolicy(rules=[rule], bootstrap_resamples=2000)
+    spec = indicator("simulated 0/1") if sd is None else continuous(True, "simulated")  # binary_pair plans no sd
     passed = inconclusive = bound_passed = cr1_passed = 0
     for r in range(reps):
         b, c = make(np.random.default_rng(r))
@@ -56,7 +58,7 @@ def gate_pass_rate(make, reps: int, margin: float, groups=None, sd: float | None
         gl = [f"g{x}" for x in groups] if groups is not None else [None] * n
         p = Paired(ids=[str(i) for i in range(n)], groups=gl, base={"m": b}, cand={"m": c}, unpaired_base=[],
                    unpaired_cand=[])
-        comp = compare_metric("v", "s", "m", True, p, rule, policy)
+        comp = compare_metric("v", "s", "m", True, p, rule, policy, spec=spec)
         [g] = evaluate(policy, [comp], ["v"])
         passed += g.verdict == "PASS"
         inconclusive += g.verdict == "INCONCLUSIVE"

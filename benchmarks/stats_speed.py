@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from qeval.compare import Paired, adjust_all, compare_metric
+from qeval.metrics import continuous, indicator
 from qeval.config import GatePolicy, GateRule
 from qeval.gates import evaluate
 from qeval.stats import paired_bootstrap_ci
@@ -76,7 +77,8 @@ def main() -> None:
                 c = np.where(rng.random(1000) < 0.1, 1 - b, b)
                 p = Paired(ids=[str(i) for i in range(1000)], groups=[None] * 1000, base={"acc": b}, cand={"acc": c},
                            unpaired_base=[], unpaired_cand=[])
-                comparisons.append(compare_metric(f"v{v}", f"t{t}", "acc", True, p, rule, policy))
+                comparisons.append(compare_metric(f"v{v}", f"t{t}", "acc", True, p, rule, policy,
+                                                  spec=indicator("simulated")))
         # and the gates: every PASS of a 0/1 metric also runs the exact test (the slow part)
         return sum(g.p_exact is not None for g in evaluate(policy, adjust_all(comparisons, "holm"),
                                                             [f"v{v}" for v in range(4)]))
@@ -93,7 +95,7 @@ def main() -> None:
                 c = b + rng.normal(0, 0.05, 1000)
                 p = Paired(ids=[str(i) for i in range(1000)], groups=[None] * 1000, base={"f1": b}, cand={"f1": c},
                            unpaired_base=[], unpaired_cand=[])
-                compare_metric(f"v{v}", f"t{t}", "f1", True, p, rule, policy)
+                compare_metric(f"v{v}", f"t{t}", "f1", True, p, rule, policy, spec=continuous(True, "simulated"))
 
     t_cc = timed(campaign_continuous, repeat=1)
     print(f"every statistic, 4 variants x 20 tasks x 1,000 items (cont.): {t_cc:.3f} s (with a permutation test)")

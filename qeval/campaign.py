@@ -23,9 +23,11 @@ import numpy as np
 from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
 from .engines import build_engine
+from .engines.process import INTERRUPT_GRACE_S
 from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from .hashing import stable_hash, tree_hash
+from .metrics import UNDECLARED, MetricSpec
 from .quantize import quantizer_for
 from .quantize.base import DEFAULT_QUANTIZER
 from .probe.grid import GridRow, assemble, cell_probe, metric_segment
@@ -131,6 +133,9 @@ def _stopping(engine) -> Iterator[None]:
         yield
     except EngineError as e:
         e.engine_alive = engine.health()  # judged before the stop below: a restart only helps a dead engine
+        raise
+    except KeyboardInterrupt:
+        engine.stop(INTERRUPT_GRACE_S)  # Ctrl-C / SIGTERM: someone is waiting, so a short grace
         raise
     finally:
         engine.stop()
@@ -367,7 +372,7 @@ class Campaign:
 
     def summarize(self, store: ResultsStore, vkey: str, p: Plan, complete_only: bool = False) -> list[SuiteSummary]:
         out = []
-        for name, key, primary in self._suite_keys(p):
+        for name, key, primary, _ in self._suite_keys(p):
             recs = store.records(vkey, key)
             if not recs or (complete_only and not store.is_complete(vkey, key)):
                 continue
@@ -377,10 +382,11 @@ class Campaign:
         return out
 
     @staticmethod
-    def _suite_keys(p: Plan) -> list[tuple[str, str, str | None]]:
-        return ([(f"custom/{s.name}", s.key, s.primary) for s in p.custom]
-                + [(f"lm_eval/{t.name}", t.key, None) for _, ts in p.lmeval for t in ts]
-                + [(s.suite, s.key, "nll") for s in p.logprobs])
+    def _suite_keys(p: Plan) -> list[tuple[str, str, str | None, dict[str, MetricSpec]]]:
+        """(suite, store key, primary metric, what each metric is as the suite declares it)."""
+        return ([(f"custom/{s.name}", s.key, s.primary, s.metrics()) for s in p.custom]
+                + [(f"lm_eval/{t.name}", t.key, None, t.metrics) for _, ts in p.lmeval for t in ts]
+                + [(s.suite, s.key, "nll", s.metrics()) for s in p.logprobs])
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> CampaignResult:
@@ -403,7 +409,8 @@ class Campaign:
         if resuming:
             self.log(f"resuming run {record.run_id} in {self.run_dir}")
         keys: dict[str, str] = {}
-        with ResultsStore(self.run_dir / "results.sqlite") as store:
+        with ResultsStore(self.run_dir / "results.sqlite") as store, \
+                self._record_if_interrupted(record, record_path, store, keys, p):
             for v in cfg.all_variants():
                 role = "baseline" if v is cfg.baseline else "variant"
                 res = VariantResult(name=v.name, method=v.method, role=role)
@@ -451,6 +458,31 @@ class Campaign:
             record.finished_at = _now()
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
+
+    @contextmanager
+    def _record_if_interrupted(self, record: RunRecord, record_path: Path, store: ResultsStore,
+                               keys: dict[str, str], p: Plan) -> Iterator[None]:
+        """On Ctrl-C / SIGTERM (the engines already stopped on the way here): the variant being evaluated is
+        partial (its finished suites compared, verdict NOT_EVALUATED), the ones not reached NOT_EVALUATED;
+        what finished is gated and the record saved, unfinished (a rerun resumes); then the interrupt goes on."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.log("interrupted: comparing what finished and saving the record")
+            for r in record.variants:
+                if r.status == "partial" and r.key:
+                    self._partial(store, r, p)
+                    keys[r.name] = r.key
+            listed = {r.name for r in record.variants}
+            for v in self.cfg.all_variants():
+                if v.name not in listed:
+                    record.variants.append(VariantResult(
+                        name=v.name, method=v.method, role="baseline" if v is self.cfg.baseline else "variant",
+                        status="skipped", error="not evaluated: the run was interrupted before it; run the same "
+                                                "command again to resume"))
+            self.compare_and_gate(record, store, keys, p)
+            record.save(record_path)
+            raise
 
     def finish(self) -> CampaignResult:
         """Compare, gate and report what an interrupted run stored, serving nothing: the variants its
@@ -519,7 +551,8 @@ class Campaign:
                             cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
             for m in ("kl", "top1") if cc.alternatives else ("kl",):
                 rule = rule_for(self.cfg.gates, lp.suite, m) or GateRule()
-                out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, self.cfg.gates))
+                out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, self.cfg.gates,
+                                          spec=lp.metrics()[m]))
         return out
 
     def _partial(self, store: ResultsStore, res: VariantResult, p: Plan) -> None:
@@ -529,7 +562,7 @@ class Campaign:
             res.probe = json.loads(self._probe_path(res.key).read_text())
             res.probe_requests = str(self._probe_path(res.key).with_suffix(".parquet"))
         done = {s.suite for s in res.suites}
-        missing = [name for name, _, _ in self._suite_keys(p) if name not in done]
+        missing = [name for name, *_ in self._suite_keys(p) if name not in done]
         missing += ["latency probe"] if self.cfg.probe.enabled and res.probe is None else []
         res.error = (f"cut while being evaluated: {len(done)} finished suite(s) compared, verdict NOT_EVALUATED; "
                      f"missing: {', '.join(missing) or 'nothing'}; run the same command again to resume")
@@ -541,11 +574,11 @@ class Campaign:
         comparisons = []
         if base_key is not None:
             # the baseline's records are read once, not once per variant
-            base_records = {skey: store.records(base_key, skey) for _, skey, _ in self._suite_keys(p)}
+            base_records = {skey: store.records(base_key, skey) for _, skey, *_ in self._suite_keys(p)}
             for v in cfg.variants:
                 if v.name not in keys:
                     continue
-                for suite, skey, primary in self._suite_keys(p):
+                for suite, skey, primary, declared in self._suite_keys(p):
                     if v.name in partial and not store.is_complete(keys[v.name], skey):
                         continue
                     paired = align(suite, base_records[skey], store.records(keys[v.name], skey))
@@ -554,7 +587,8 @@ class Campaign:
                         # logprobs suites are gated on KL (below), their nll is reported
                         is_primary = m == (primary or metrics[0]) and not suite.startswith("logprobs/")
                         rule = rule_for(cfg.gates, suite, m) or GateRule()
-                        comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates))
+                        comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates,
+                                                          spec=declared.get(m, UNDECLARED)))
                 comparisons += self.distribution(record, store, base_records, v.name, keys[v.name], p,
                                                  complete_only=v.name in partial)
         record.comparisons = adjust_all(comparisons, cfg.gates.correction)

@@ -9,8 +9,9 @@ import numpy as np
 
 from .config import GatePolicy, GateRule
 from .errors import QevalError
+from .metrics import MetricSpec
 from .record import Comparison
-from .stats import (adjust, clustered, clustered_mean_delta, design_effect, flips, is_binary, mcnemar_exact,
+from .stats import (adjust, clustered, clustered_mean_delta, design_effect, flips, mcnemar_exact,
                     mean_delta, observed_power, paired_bootstrap_ci, paired_proportion_ci, planned_power, sign_flip_permutation,
                     wilcoxon)
 from .store import Record
@@ -49,13 +50,15 @@ def align(suite: str, base: list[Record], cand: list[Record]) -> Paired:
 
 
 def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Paired, rule: GateRule,
-                   policy: GatePolicy) -> Comparison:
+                   policy: GatePolicy, spec: MetricSpec) -> Comparison:
+    """`spec` is the metric as its suite declares it: which test fits (0/1 or not) is never read off the values."""
     base, cand = p.base[metric], p.cand[metric]
+    spec.check(suite, metric, base, cand)
     conf = 1 - 2 * rule.alpha  # two-sided interval whose ends are the one-sided (1 - alpha) bounds
     t = mean_delta(base, cand, confidence=conf)
     grouped = all(g is not None for g in p.groups) and len(set(p.groups)) > 1
     labels = [str(g) for g in p.groups]
-    binary = is_binary(base, cand)
+    binary = spec.binary
     if grouped:
         ci = clustered_mean_delta(base, cand, labels, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
@@ -94,7 +97,8 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
                       unpaired_base=len(p.unpaired_base), unpaired_variant=len(p.unpaired_cand),
                       base_mean=t.base_mean, variant_mean=t.cand_mean, delta=t.delta, ci_low=low, ci_high=high,
                       interval_method=method, confidence=conf, t_ci_low=t.ci_low, t_ci_high=t.ci_high,
-                      n_groups=len(set(p.groups)) if grouped else None, binary=binary, mde=power.mde,
+                      n_groups=len(set(p.groups)) if grouped else None, binary=binary,
+                      higher_is_better=spec.higher_is_better, mde=power.mde,
                       power_method=power.method, mde_observed=seen.mde, **extra)
 
 

@@ -145,6 +145,8 @@ class ScorerSpec(Strict):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     schema_file: Path | None = None
     callable: str | None = None  # python: "package.module:function", (response, reference) -> float in [0, 1]
+    # python (and plugin) scorers: declare that every score is 0 or 1 (exact tests); default continuous
+    binary: bool | None = None
 
 
 class CustomSuiteRef(Strict):
@@ -187,7 +189,7 @@ class GateRule(Strict):
 
     match: str = "*"  # glob over "suite/metric", e.g. "lm_eval/*/acc" or "custom/capitals/contains"
     mode: Literal["noninferiority", "equivalence", "superiority"] = "noninferiority"
-    direction: Literal["higher", "lower"] | None = None  # is a higher score better? default: by metric name
+    direction: Literal["higher", "lower"] | None = None  # is a higher score better? default: as the metric declares
     margin: float = Field(0.05, ge=0)
     relative: bool = False  # margin as a fraction of the baseline's score
     alpha: float = Field(0.05, gt=0, lt=0.5)

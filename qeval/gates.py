@@ -21,20 +21,29 @@ def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
     return hits[-1] if hits else None
 
 
-LOWER_IS_BETTER = {"nll", "kl", "perplexity", "ppl", "loss", "latency"}
-
-
-def direction_of(rule: GateRule, metric: str) -> str:
-    """The rule's direction, else the metric kind's: losses and divergences are better lower."""
+def direction_of(rule: GateRule, c: Comparison) -> str | None:
+    """The rule's direction, else the one the metric's definition declares (None: neither says)."""
     if rule.direction is not None:
         return rule.direction
-    return "lower" if metric.lower() in LOWER_IS_BETTER else "higher"
+    return None if c.higher_is_better is None else ("higher" if c.higher_is_better else "lower")
+
+
+def _undirected(c: Comparison, rule: GateRule, margin: float) -> GateResult:
+    return GateResult(variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, mode=rule.mode,
+                      margin=margin, margin_spec=f"{rule.margin:g}", alpha=rule.alpha, beta=rule.beta,
+                      base_mean=c.base_mean, variant_mean=c.variant_mean, action=rule.action,
+                      verdict="FAIL" if rule.action == "fail" else "WARN",
+                      reason="which direction is better is not declared for this metric: give the rule a "
+                             "`direction` (higher or lower)")
 
 
 def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
-    sign = 1.0 if direction_of(rule, c.metric) == "higher" else -1.0  # orient so that positive is better
-    delta, low, high = sign * c.delta, *sorted((sign * c.ci_low, sign * c.ci_high))
+    direction = direction_of(rule, c)
     margin = rule.margin * abs(c.base_mean) if rule.relative else rule.margin
+    if direction is None:  # never guessed from the metric's name
+        return _undirected(c, rule, margin)
+    sign = 1.0 if direction == "higher" else -1.0  # orient so that positive is better
+    delta, low, high = sign * c.delta, *sorted((sign * c.ci_low, sign * c.ci_high))
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
     reason, p_exact = d.reason, None
@@ -106,7 +115,8 @@ def overall_verdict(per_variant: dict[str, GateVerdict]) -> GateVerdict:
 def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float],
                          cand: dict[str, float]) -> list[GateResult]:
     """Measured figures, no interval: the ratio variant / baseline against the rule's bound. A figure
-    the campaign did not measure (no probe, say) fails the gate rather than passing it."""
+    the campaign did not measure (no probe, say) fails a fail rule rather than passing it, and warns a
+    warn rule (which never fails a variant)."""
     out = []
     for r in policy.performance:
         bound = r.min_ratio if r.min_ratio is not None else r.max_ratio
@@ -114,7 +124,8 @@ def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float
         common = dict(variant=variant, suite="perf", metric=r.metric, rule=f"{r.metric} {spec}", mode="ratio",
                       margin=bound, margin_spec=f"{spec} baseline", alpha=0.0, beta=0.0, action=r.action)
         if r.metric not in base or r.metric not in cand or not base[r.metric]:
-            out.append(GateResult(**common, verdict="FAIL", reason=f"{r.metric} was not measured"))
+            out.append(GateResult(**common, verdict="FAIL" if r.action == "fail" else "WARN",
+                                  reason=f"{r.metric} was not measured"))
             continue
         ratio = cand[r.metric] / base[r.metric]
         ok = ratio >= r.min_ratio if r.min_ratio is not None else ratio <= r.max_ratio

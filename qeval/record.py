@@ -104,7 +104,8 @@ class Comparison(_Model):
     t_ci_low: float
     t_ci_high: float
     n_groups: int | None = None  # items carried a `group`: the interval is cluster-robust
-    binary: bool
+    binary: bool  # declared by the metric's definition (qeval/metrics.py), not read off the scores
+    higher_is_better: bool | None = None  # likewise; None where nothing declared it (a rule's direction must)
     flips_base_only: int | None = None
     flips_variant_only: int | None = None
     flip_rate: float | None = None

@@ -12,11 +12,11 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 
 def comp(variant="q", suite="lm_eval/t", metric="acc", delta=-0.01, low=-0.03, high=0.01, mde=0.02, base=0.6,
-         primary=True) -> Comparison:
+         primary=True, higher_is_better=True) -> Comparison:
     return Comparison(variant=variant, suite=suite, metric=metric, primary=primary, n_paired=500, unpaired_base=0,
                       unpaired_variant=0, base_mean=base, variant_mean=base + delta, delta=delta, ci_low=low,
                       ci_high=high, interval_method="paired-bootstrap-percentile", confidence=0.9, t_ci_low=low,
-                      t_ci_high=high, binary=True, mde=mde, p_value=0.5)
+                      t_ci_high=high, binary=True, higher_is_better=higher_is_better, mde=mde, p_value=0.5)
 
 
 def test_last_matching_rule_wins():
@@ -100,6 +100,7 @@ def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlate
     import numpy as np
 
     from qeval.compare import Paired, compare_metric
+    from qeval.metrics import continuous
     from qeval.stats import clustered, design_effect, mde
 
     rng = np.random.default_rng(0)
@@ -109,8 +110,10 @@ def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlate
     p = Paired(ids=[str(i) for i in range(120)], groups=[f"g{g}" for g in groups], base={"m": base},
                cand={"m": cand}, unpaired_base=[], unpaired_cand=[])
     policy = GatePolicy(rules=[GateRule(margin=0.05, planning_sd=0.1)])
-    plain = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1), policy)
-    icc = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1, planning_icc=0.5), policy)
+    spec = continuous(True, "test")
+    plain = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1), policy, spec=spec)
+    icc = compare_metric("v", "s", "m", True, p, GateRule(margin=0.05, planning_sd=0.1, planning_icc=0.5), policy,
+                         spec=spec)
     iid = mde(120, 0.1).mde
     assert plain.mde == pytest.approx(iid) and "as if independent" in plain.power_method
     want = clustered(mde(120, 0.1), design_effect(np.full(40, 3), 0.5), 39, 40).mde  # deff 2, t at 39 df

@@ -16,6 +16,7 @@ from ..config import GenerationSpec, Name, ScorerSpec, Strict, parse_model, read
 from ..engines import Endpoint
 from ..errors import ConfigError, EngineError
 from ..hashing import file_hash, stable_hash
+from ..metrics import MetricSpec, continuous, indicator
 from ..store import Record
 from .scorers import Scorer, build_scorer
 
@@ -75,6 +76,13 @@ class CustomSuite:
     @property
     def primary(self) -> str:
         return self.descriptor.primary or self.scorers[0].name
+
+    def metrics(self) -> dict[str, MetricSpec]:
+        """Each scorer's metric, as the scorer declares it; a mean over several samples is not 0/1."""
+        one = self.descriptor.generation.samples == 1
+        where = f"scorer of {self.source or self.name}"
+        return {s.name: indicator(where) if one and getattr(s, "binary", False) else continuous(True, where)
+                for s in self.scorers}
 
 
 def load_items(path: Path) -> list[Item]:
@@ -164,7 +172,7 @@ def load_suite(path: Path) -> CustomSuite:
 
 def _unset_later_fields(desc: SuiteDescriptor) -> dict[str, Any]:
     # fields added after suites were first stored stay out of the key while unset: stored results keep their key
-    later = ("schema_", "schema_file", "callable")
+    later = ("schema_", "schema_file", "callable", "binary")
     return {"items": True,
             "generation": {"samples"} if desc.generation.samples == 1 else set(),
             "scorers": {i: {f for f in later if getattr(s, f) is None} for i, s in enumerate(desc.scorers)}}

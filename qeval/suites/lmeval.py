@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -19,12 +18,48 @@ import yaml
 
 from ..config import LmEvalSuiteRef
 from ..engines import Endpoint
+from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..hashing import file_hash, stable_hash
+from ..metrics import MetricSpec
 from ..settings import Runtime
 from ..store import Record
 
 DATA_PLACEHOLDER = "{qeval_data}"
+
+# lm-eval's own metrics (lm_eval/api/metrics.py): which are per-sample 0/1 indicators, and lm-eval's
+# `higher_is_better` for each; a task's metric_list may restate the direction, and overrides it
+LMEVAL_METRICS: dict[str, tuple[bool, bool]] = {
+    "acc": (True, True), "acc_norm": (True, True), "acc_mutual_info": (True, True), "exact_match": (True, True),
+    "perplexity": (False, False), "word_perplexity": (False, False), "byte_perplexity": (False, False),
+    "bits_per_byte": (False, False), "brier_score": (False, False), "ter": (False, False),
+    "bleu": (False, True), "chrf": (False, True), "f1": (False, True), "mcc": (False, True),
+    "likelihood": (False, True)}
+
+
+class _TaskLoader(yaml.SafeLoader):
+    """Reads a task YAML's metric_list: lm-eval's `!function` tags are kept as text, not run."""
+
+
+_TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def task_metrics(task: str, text: str | None, where: str) -> dict[str, MetricSpec]:
+    """Each metric's declaration: lm-eval's for its own metric names, the task's `higher_is_better` on top."""
+    out = {m: MetricSpec(binary=b, higher_is_better=h, source=f"lm-eval's {m}") for m, (b, h) in LMEVAL_METRICS.items()}
+    try:
+        doc = yaml.load(text, Loader=_TaskLoader) if text else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"task {task!r}: not valid YAML: {e}", file=where) from None
+    for entry in (doc or {}).get("metric_list") or []:
+        name = entry.get("metric") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            continue
+        known = out.get(name)
+        hib = entry.get("higher_is_better", known.higher_is_better if known else None)
+        out[name] = MetricSpec(binary=known.binary if known else False, higher_is_better=hib,
+                               source=f"task {task}'s metric_list" + ("" if known else ", continuous: not an lm-eval 0/1 metric"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -33,6 +68,7 @@ class LmEvalTask:
     key: str  # hash of the task file, its data and every setting that changes results
     settings: dict
     output_type: str | None = None  # from the task YAML; None for a task lm-eval knows by name
+    metrics: dict[str, MetricSpec] = field(default_factory=dict)  # what each metric is (task_metrics)
 
     @property
     def needs_prompt_logprobs(self) -> bool:
@@ -80,7 +116,7 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
     for name in ref.tasks:
         f = _task_file(ref.include_path, name)
         content = {"task": name, "settings": settings}
-        output_type = None
+        output_type, text = None, None
         if f is not None:
             text = f.read_text()
             content["yaml"] = text
@@ -101,7 +137,7 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
                               " but its data would need the hub, which this machine cannot reach)",
                               file=config_file, where="suites: lm_eval.tasks")
         tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings,
-                                output_type=output_type))
+                                output_type=output_type, metrics=task_metrics(name, text, str(f or config_file))))
     return tasks
 
 
@@ -171,9 +207,10 @@ def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint,
     env.pop("OPENAI_API_KEY", None)
     if endpoint.api_key:  # local-completions reads its key from here; it never reaches argv or a log
         env["OPENAI_API_KEY"] = endpoint.api_key
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    # its own process group, dying with qeval: Ctrl-C or a kill of qeval leaves no lm-eval running
+    proc = ServerProcess(argv, env, log_path)
+    proc.spawn()
+    rc = proc.wait()
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
         raise EngineError(f"lm-eval exited with code {rc} (log: {log_path})", variant=endpoint.model, log_tail=tail)

@@ -22,6 +22,7 @@ from ..config import LogprobsSuiteRef
 from ..engines import Endpoint, tgi
 from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
+from ..metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..stats.distribution import PositionStats, compare_positions
 from ..store import Record
@@ -37,6 +38,11 @@ class LogprobsSuite:
     @property
     def suite(self) -> str:
         return f"logprobs/{self.name}"
+
+    def metrics(self) -> dict[str, MetricSpec]:
+        """Per chunk: its mean NLL, and against the baseline the mean KL and the top-1 agreement rate."""
+        where = "logprobs suite"
+        return {"nll": continuous(False, where), "kl": continuous(False, where), "top1": continuous(True, where)}
 
 
 def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:

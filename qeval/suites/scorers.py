@@ -21,6 +21,8 @@ from ..registry import Registry
 
 class Scorer(Protocol):
     name: str
+    binary: bool  # declared by the scorer: every score it gives is 0 or 1
+
 
     def __call__(self, response: str, reference: str | list[str]) -> float: ...
 
@@ -58,6 +60,8 @@ def first_number(text: str) -> float | None:
 
 
 class _Simple:
+    binary = True  # a match or not
+
     def __init__(self, name: str, fn: Callable[[str, str], bool]):
         self.name, self._fn = name, fn
 
@@ -176,6 +180,8 @@ def extract_json(response: str) -> Any:
 class _Json:
     """Scores the JSON a response holds; the reference is not read (it may be anything, e.g. "")."""
 
+    binary = True  # valid or not
+
     def __init__(self, name: str, check: Callable[[Any], bool]):
         self.name, self._check = name, check
 
@@ -222,8 +228,8 @@ def _json_schema(spec: ScorerSpec) -> Scorer:
 
 
 class _Python:
-    def __init__(self, name: str, fn: Callable[[str, str | list[str]], float]):
-        self.name, self._fn = name, fn
+    def __init__(self, name: str, fn: Callable[[str, str | list[str]], float], binary: bool):
+        self.name, self._fn, self.binary = name, fn, binary
 
     def __call__(self, response: str, reference: str | list[str]) -> float:
         return self._fn(response, reference)  # the suite runner checks the value: its errors name the item
@@ -246,7 +252,7 @@ def _python(spec: ScorerSpec) -> Scorer:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ConfigError(f"scorer {name!r}: {target!r} is not callable (it is a {type(obj).__name__} value)")
-    return _Python(name, obj)
+    return _Python(name, obj, binary=bool(spec.binary))  # a number in [0, 1] unless it says 0/1
 
 
 def build_scorer(spec: ScorerSpec) -> Scorer:

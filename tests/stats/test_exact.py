@@ -74,7 +74,7 @@ def _comparison(gains: int, losses: int, n: int, both_right: int) -> Comparison:
     return Comparison(variant="v", suite="s", metric="acc", primary=True, n_paired=n, unpaired_base=0,
                       unpaired_variant=0, base_mean=float(base.mean()), variant_mean=float(cand.mean()),
                       delta=ci.delta, ci_low=ci.ci_low, ci_high=ci.ci_high, interval_method=ci.method,
-                      confidence=0.9, t_ci_low=ci.ci_low, t_ci_high=ci.ci_high, binary=True, mde=0.03,
+                      confidence=0.9, t_ci_low=ci.ci_low, t_ci_high=ci.ci_high, binary=True, higher_is_better=True, mde=0.03,
                       flips_base_only=losses, flips_variant_only=gains)
 
 

@@ -10,7 +10,7 @@ import pytest
 from qeval.compare import align, compare_metric
 from qeval.config import GatePolicy, GateRule, GenerationSpec
 from qeval.engines import Endpoint
-from qeval.errors import ConfigError, EngineError
+from qeval.errors import ConfigError, EngineError, QevalError
 from qeval.store import ResultsStore
 from qeval.suites.custom import load_suite, run_custom, sample_seeds
 
@@ -124,14 +124,23 @@ def test_a_scorer_error_in_a_run_names_the_descriptor_and_item(tmp_path):
 
 
 def test_sample_means_are_compared_as_continuous_scores(tmp_path):
-    """compare.py picks binary or continuous from the values: means of two samples (0.5) are continuous."""
+    """A suite declares its metrics: a scorer's 0/1 score, averaged over two samples, is continuous."""
     from qeval.store import Record
 
-    base = [Record(item_id=str(i), scores={"m": s}) for i, s in enumerate([1, 0.5, 1, 0, 0.5, 1, 1, 0.5] * 4)]
-    cand = [Record(item_id=str(i), scores={"m": s}) for i, s in enumerate([1, 0.5, 0.5, 0, 0.5, 1, 0.5, 0] * 4)]
-    c = compare_metric("q", "custom/s", "m", True, align("s", base, cand), GateRule(), GatePolicy())
+    (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
+    one = load_suite(write_suite(tmp_path / "one", {"max_tokens": 4}))
+    two = load_suite(write_suite(tmp_path / "two", {"samples": 2, "temperature": 0.7, "max_tokens": 4}))
+    assert one.metrics()["contains"].binary and not two.metrics()["contains"].binary
+    assert two.metrics()["contains"].higher_is_better
+    base = [Record(item_id=str(i), scores={"contains": s}) for i, s in enumerate([1, 0.5, 1, 0, 0.5, 1, 1, 0.5] * 4)]
+    cand = [Record(item_id=str(i), scores={"contains": s}) for i, s in enumerate([1, 0.5, 0.5, 0, 0.5, 1, 0.5, 0] * 4)]
+    c = compare_metric("q", "custom/s", "contains", True, align("s", base, cand), GateRule(), GatePolicy(),
+                       spec=two.metrics()["contains"])
     assert not c.binary and c.p_method and "wilcoxon" in c.p_method.lower() and c.flips_base_only is None
     assert c.delta == pytest.approx(-0.1875)
+    with pytest.raises(QevalError, match="declared 0/1"):  # a declaration the scores contradict is an error
+        compare_metric("q", "custom/s", "contains", True, align("s", base, cand), GateRule(), GatePolicy(),
+                       spec=one.metrics()["contains"])
 
 
 def test_item_metadata_is_kept_and_old_items_hash_as_before():

@@ -57,7 +57,7 @@ def _comparison(variant: str, p_adjusted: float):
     return Comparison(variant=variant, suite="custom/caps", metric="exact", primary=True, n_paired=40,
                       unpaired_base=0, unpaired_variant=0, base_mean=0.7, variant_mean=0.65, delta=-0.05,
                       ci_low=-0.1, ci_high=0.0, interval_method="newcombe", confidence=0.9, t_ci_low=-0.1,
-                      t_ci_high=0.0, binary=True, p_value=0.2, p_adjusted=p_adjusted)
+                      t_ci_high=0.0, binary=True, higher_is_better=True, p_value=0.2, p_adjusted=p_adjusted)
 
 
 def test_a_resumed_run_updates_what_it_logged_before(tmp_path: Path):
