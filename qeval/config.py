@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from .errors import ConfigError
 
@@ -368,6 +369,9 @@ class CampaignConfig(Strict):
     probe: ProbeSpec = ProbeSpec()
     grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
+    # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
+    # config hash is taken over, so that a checkout in another folder is the same campaign
+    _written: dict[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("baseline")
     @classmethod
@@ -441,7 +445,7 @@ class CampaignConfig(Strict):
 
     def config_hash(self) -> str:
         # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
-        data = self.model_dump(mode="json", exclude={"mlflow"})
+        data = dict(self._written) if self._written is not None else self.model_dump(mode="json", exclude={"mlflow"})
         if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
             data.pop("grid", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -551,6 +555,7 @@ def load_config(path: str | Path) -> CampaignConfig:
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping of campaign settings at the top level", file=str(path))
     cfg: CampaignConfig = parse_model(CampaignConfig, data, str(path), node)
+    written = cfg.model_dump(mode="json", exclude={"mlflow"})  # before any path is made absolute
     base = path.resolve().parent
     suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if s.kind == "custom"
               else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if s.kind == "lm_eval"
@@ -566,6 +571,8 @@ def load_config(path: str | Path) -> CampaignConfig:
         if not policy_file.is_file():
             raise ConfigError(f"gate policy {policy_file} does not exist", file=str(path), where="gates")
         cfg = cfg.model_copy(update={"gates": load_policy(policy_file)})
+    written["gates"] = cfg.gates.model_dump(mode="json")  # the policy's content, wherever its file lies
+    cfg._written = written
     for v in cfg.all_variants():
         if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():
             where = f"variant {v.name}: checkpoint"

@@ -5,6 +5,7 @@ are written here (serving is what a cut run did not finish); the comparison, gat
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,17 @@ mlflow: {{enabled: false}}
 """
 
 
-def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None):
-    """bf16 finished; w4 finished capitals and 5 arithmetic items when the run was cut; w8 never started."""
+def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None, relative: bool = False):
+    """bf16 finished; w4 finished capitals and 5 arithmetic items when the run was cut; w8 never started.
+    `relative`: the campaign file names its checkpoints, suites and run folder relative to itself."""
     for name in ("bf16", "w4", "w8"):
         (root / "ckpt" / name).mkdir(parents=True)
         (root / "ckpt" / name / "config.json").write_text(json.dumps({"qeval_test": name}))
     config = root / "cut.yaml"
-    config.write_text(CAMPAIGN.format(root=root, suites=ROOT / "suites" / "custom"))
+    if relative:
+        shutil.copytree(ROOT / "suites" / "custom", root / "suites")
+    config.write_text(CAMPAIGN.format(root=".", suites="suites") if relative
+                      else CAMPAIGN.format(root=root, suites=ROOT / "suites" / "custom"))
     cfg = load_config(config)
     settings = Settings.from_env()
     p = plan(cfg, settings, str(config))
@@ -109,3 +114,20 @@ def test_finish_ignores_store_rows_older_than_the_run(tmp_path):
     rec = campaign.finish(cfg, config_file=config).record
     assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "w4": "skipped", "w8": "skipped"}
     assert not rec.comparisons
+
+
+def test_a_run_made_in_one_folder_is_finished_from_a_copy_in_another(tmp_path):
+    """CI checks out to a new folder each time: paths enter the config hash as the file wrote them."""
+    cfg, config, _, keys = _cut_run(tmp_path / "checkout-a", w4_on_record=True, relative=True)
+    shutil.copytree(tmp_path / "checkout-a", tmp_path / "elsewhere" / "checkout-b")
+    copy = load_config(tmp_path / "elsewhere" / "checkout-b" / "cut.yaml")
+    assert copy.config_hash() == cfg.config_hash()
+    assert copy.model.path != cfg.model.path  # each resolves to its own folder
+    rec = campaign.finish(copy, config_file=str(tmp_path / "elsewhere" / "checkout-b" / "cut.yaml")).record
+    w4 = next(v for v in rec.variants if v.name == "w4")
+    assert (w4.status, w4.key) == ("partial", keys["w4"])  # same content, same keys
+    cap = next(c for c in rec.comparisons if c.variant == "w4" and c.primary)
+    assert (cap.n_paired, cap.delta) == (53, pytest.approx(-10 / 53))
+    changed = (tmp_path / "checkout-a" / "cut.yaml").read_text().replace("margin: 0.15", "margin: 0.2")
+    (tmp_path / "checkout-a" / "other.yaml").write_text(changed)
+    assert load_config(tmp_path / "checkout-a" / "other.yaml").config_hash() != cfg.config_hash()
