@@ -26,6 +26,7 @@ from .engines import build_engine
 from .engines.process import INTERRUPT_GRACE_S
 from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
+from .hardware import DtypeChoice, choose_dtype
 from .hashing import stable_hash, tree_hash
 from .metrics import UNDECLARED, MetricSpec
 from .quantize import quantizer_for
@@ -141,8 +142,11 @@ def _stopping(engine) -> Iterator[None]:
         engine.stop()
 
 
-def _engine_spec(cfg: CampaignConfig, v: VariantSpec) -> EngineSpec:
+def _engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -> EngineSpec:
+    """The variant's engine settings; `dtype` is the model's, resolved for this machine (Campaign.dtype)."""
     update = dict(v.engine)
+    if dtype is not None:
+        update["dtype"] = dtype
     if cfg.model.trust_remote_code:  # the model's own opt-in, passed to whatever loads it
         update["trust_remote_code"] = True
     if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
@@ -162,7 +166,7 @@ def _environment(settings: Settings) -> dict[str, str]:
     return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
             "cpus": str(os.cpu_count()), "qeval": ver("qeval"), "mlflow": ver("mlflow"), "numpy": ver("numpy"),
             "scipy": ver("scipy"), "vllm_env": settings.vllm.name, "llmcompressor_env": settings.llmc.name,
-            "lm_eval": "0.4.13", "hostname": platform.node()}
+            "lm_eval": "0.4.13", "hostname": platform.node(), "cpu": settings.cpu.kind()}
 
 
 class Campaign:
@@ -177,6 +181,13 @@ class Campaign:
         self.logs = self.run_dir / "logs"
 
     # -- variants ---------------------------------------------------------------------------
+    def dtype(self, v: VariantSpec) -> DtypeChoice:
+        """The dtype the variant is quantized and served in: the model's, with `auto` decided by this machine."""
+        return choose_dtype(self.cfg.model.dtype, _engine_spec(self.cfg, v).device, self.settings.cpu)
+
+    def engine_spec(self, v: VariantSpec) -> EngineSpec:
+        return _engine_spec(self.cfg, v, self.dtype(v).dtype)
+
     def checkpoint_for(self, v: VariantSpec, base: Path, result: VariantResult) -> Path | None:
         # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
         if v.method == "external" or v.checkpoint is not None:
@@ -186,7 +197,7 @@ class Campaign:
         name = v.quantizer or DEFAULT_QUANTIZER[v.method]
         runtime = {"llmcompressor": self.settings.llmc, "modelopt": self.settings.modelopt,
                    "trtllm": self.settings.trtllm}[name]
-        q = quantizer_for(v.method, name, runtime=runtime, engine=_engine_spec(self.cfg, v))
+        q = quantizer_for(v.method, name, runtime=runtime, engine=self.engine_spec(v))
         key = q.cache_key(base, v)
         out = self.settings.variants / f"{base.name}-{v.method}-{key}"
         result.recipe = q.spec(base, v)
@@ -202,9 +213,9 @@ class Campaign:
     def variant_key(self, v: VariantSpec, checkpoint_hash: str | None) -> str:
         if v.method == "external":
             return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
-        spec = _engine_spec(self.cfg, v)
+        spec = self.engine_spec(v)
         # settings that change outputs are part of the key; ports, timeouts and the like are not
-        key = {"checkpoint": checkpoint_hash, "dtype": self.cfg.model.dtype, "engine": spec.kind,
+        key = {"checkpoint": checkpoint_hash, "dtype": spec.dtype, "engine": spec.kind,
                "env": self.settings.vllm.name, "max_model_len": spec.max_model_len}
         # only where set, so that stores written before these knobs existed still resume
         key |= {k: getattr(spec, k) for k in ("quantization", "max_num_seqs", "max_num_batched_tokens")
@@ -224,7 +235,7 @@ class Campaign:
         """Serve the variant and run what the store lacks. If the engine dies or stops answering
         mid-suite, it is restarted (at most engine.max_restarts times) and the suites resume from the
         last stored record; past the bound the EngineError stands and every record so far is kept."""
-        spec = _engine_spec(self.cfg, v)
+        spec = self.engine_spec(v)
         # an endpoint someone else runs is `external`, or `tgi` where the engine settings say TGI serves it
         kind = ("tgi" if spec.kind == "tgi" else "external") if v.method == "external" else spec.kind
         engine = build_engine(kind, v, ckpt, spec, self.settings, self.logs)
@@ -259,7 +270,7 @@ class Campaign:
 
     def _serve_and_evaluate(self, v: VariantSpec, engine, kind: str, vkey: str, p: Plan, store: ResultsStore,
                             result: VariantResult) -> None:
-        spec = _engine_spec(self.cfg, v)
+        spec = self.engine_spec(v)
         t0 = time.monotonic()
         with self.reporter.step(f"[{v.name}] starting the {kind} engine"):
             endpoint = engine.start()
@@ -326,7 +337,7 @@ class Campaign:
         (and the cells' probe settings), so a resumed run, or another campaign, skips what is done."""
         if v not in self.cfg.grid_variants():
             return []
-        g, spec = self.cfg.grid, _engine_spec(self.cfg, v)
+        g, spec = self.cfg.grid, self.engine_spec(v)
         cells = cell_probe(g, self.cfg.probe).model_dump(mode="json", exclude={"slo"})  # SLOs change no cell
         rows = []
         for setting in grid_settings(g.engine):
@@ -427,6 +438,8 @@ class Campaign:
                     res.weights_bytes = _weights_bytes(ckpt) if v.method != "external" else None
                     vkey = self.variant_key(v, res.checkpoint_hash)
                     res.key = vkey
+                    if v.method != "external":  # an endpoint someone else runs serves in its own dtype
+                        res.dtype, res.dtype_reason = dataclasses.astuple(self.dtype(v))
                     if res.quantize_seconds is None:  # the checkpoint was made by an earlier attempt
                         res.quantize_seconds = facts.get(vkey, {}).get("quantize_seconds")
                     if self._todo(store, vkey, p, self.grid_rows(v, res.checkpoint_hash)):

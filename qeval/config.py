@@ -38,7 +38,9 @@ class ModelSpec(Strict):
     # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
     # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing)
     builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random"] | None = None
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    # auto: bfloat16 where bf16 compute is native (GPU, AVX512-BF16 / AMX CPUs), float32 on other CPUs
+    # (qeval/hardware.py); results are keyed by the dtype they were computed in
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # code shipped with a checkpoint runs only when this model's entry says so (engines and quantizers)
     trust_remote_code: bool = False
 
@@ -70,6 +72,7 @@ class EngineSpec(Strict):
     max_num_tokens: int | None = Field(None, gt=0)
     extra_args: list[str] = []
     trust_remote_code: bool = False  # set from model.trust_remote_code only (refused here): see CampaignConfig
+    dtype: str | None = None  # set from model.dtype, resolved for the machine (refused here): see CampaignConfig
 
     @model_validator(mode="after")
     def _device_knobs(self) -> "EngineSpec":
@@ -388,6 +391,10 @@ class CampaignConfig(Strict):
             raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
         if self.engine.trust_remote_code or any("trust_remote_code" in v.engine for v in self.all_variants()):
             raise ValueError("trust_remote_code belongs to the model it trusts: set model.trust_remote_code")
+        if self.engine.dtype or any("dtype" in v.engine for v in self.all_variants()):
+            raise ValueError("the dtype belongs to the model: set model.dtype (auto follows the machine)")
+        if any(a.startswith("--dtype") for a in self.engine.extra_args):
+            raise ValueError("engine.extra_args: --dtype is set from model.dtype, not here")
         if any("--trust-remote-code" in a for a in self.engine.extra_args):
             raise ValueError("engine.extra_args: --trust-remote-code is set by model.trust_remote_code, not here")
         for v in self.all_variants():

@@ -39,6 +39,8 @@ class VariantResult(_Model):
     weights_bytes: int | None = None
     recipe: dict[str, Any] = {}
     quantize_seconds: float | None = None
+    dtype: str | None = None  # what it was quantized and served in (None: an external endpoint's own)
+    dtype_reason: str | None = None  # why: set by the campaign, or what `auto` found on this machine
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None

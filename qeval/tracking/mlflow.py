@@ -169,7 +169,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             child = kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
             cid = child.info.run_id
             children[v.name] = cid
-            vparams = {"method": v.method, **scheme_params(v.method, v.recipe),
+            vparams = {"method": v.method, **scheme_params(v.method, v.recipe, v.dtype),
+                       **({"dtype": v.dtype} if v.dtype else {}),
                        **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()}}
             if v.status == "ok":  # a variant not (yet) evaluated has no engine or checkpoint to name
                 vparams |= {"engine": v.engine, "engine_version": v.engine_version,

@@ -2,7 +2,7 @@
 
 Usage: python quantize_llmc.py SPEC.json
 SPEC: {"base": dir, "out": dir, "method": gptq|awq|rtn|int8|fp8, "group_size": int, "symmetric": bool,
-       "calibration": [text, ...], "samples": int, "seq_len": int, "awq_n_grid": int}
+       "calibration": [text, ...], "samples": int, "seq_len": int, "awq_n_grid": int, "dtype": bfloat16|float32|...}
 Writes OUT (compressed-tensors) and OUT/qeval-quantize.json with what was done and how long it took.
 """
 
@@ -81,7 +81,8 @@ def main(spec_path: str) -> None:
     # data-free schemes touch each weight once: on a GPU do it there (an 8B model on the CPU takes minutes);
     # calibrated ones load on the CPU and llm-compressor's sequential pipeline moves one layer at a time
     device_map = "cuda" if data_free and torch.cuda.is_available() else None
-    model = AutoModelForCausalLM.from_pretrained(spec["base"], trust_remote_code=trust, dtype=torch.bfloat16,
+    dtype = getattr(torch, spec.get("dtype", "bfloat16"))  # float32 on a CPU without native bf16 (~60x faster there)
+    model = AutoModelForCausalLM.from_pretrained(spec["base"], trust_remote_code=trust, dtype=dtype,
                                                  device_map=device_map)
     tok = AutoTokenizer.from_pretrained(spec["base"], trust_remote_code=trust)
     kwargs = {}

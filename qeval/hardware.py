@@ -1,0 +1,64 @@
+"""The machine qeval runs on, as far as results depend on it: the CPU's kind and the dtype it computes fast.
+
+Measured here (FACTS.md): on a CPU without native bf16 (AVX2 only) torch's bf16 matmul runs ~60x slower
+than fp32, so quantizing or serving in bf16 there is impractical; with AVX512-BF16 or AMX bf16 is the
+fast one. The dtype is part of every result's key, so a bf16 baseline never pairs with an fp32 variant.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+# x86: AVX512-BF16 or AMX tiles; aarch64: the BF16 extension (cpuinfo's "bf16")
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+KIND_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni", "amx_int8")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str
+    flags: frozenset[str]
+
+    @property
+    def native_bf16(self) -> bool:
+        return bool(self.flags & BF16_FLAGS)
+
+    def kind(self) -> str:
+        """One line that places a timing: the model name and the vector extensions that matter."""
+        return f"{self.model} ({', '.join(f for f in KIND_FLAGS if f in self.flags) or 'no AVX2'})"
+
+    @classmethod
+    def read(cls, cpuinfo: Path = Path("/proc/cpuinfo")) -> "CpuInfo":
+        model, flags = platform.processor() or platform.machine(), frozenset()
+        try:
+            text = cpuinfo.read_text(errors="replace")
+        except OSError:
+            return cls(model=model, flags=flags)
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            if key == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key in ("flags", "features") and not flags:  # x86 / aarch64; every core lists the same
+                flags = frozenset(value.split())
+        return cls(model=model, flags=flags)
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: str  # what the engine serves and the quantizer computes in
+    reason: str  # for the record and the report
+
+
+def choose_dtype(requested: str, device: str, cpu: CpuInfo) -> DtypeChoice:
+    """`auto`: bfloat16 where bf16 compute is native (a GPU; a CPU with AVX512-BF16 / AMX), else float32."""
+    if requested != "auto":
+        return DtypeChoice(requested, "set by the campaign (model.dtype)")
+    if device == "gpu":
+        return DtypeChoice("bfloat16", "auto: the GPU computes bf16 natively")
+    if cpu.native_bf16:
+        return DtypeChoice("bfloat16", f"auto: this CPU computes bf16 natively ({cpu.kind()})")
+    return DtypeChoice("float32", f"auto: this CPU has no native bf16 ({cpu.kind()}); bf16 would run ~60x slower "
+                                  "than fp32 here")
