@@ -20,9 +20,22 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+# files a quantizer writes beside the checkpoint that differ between identical runs (timings, absolute paths of
+# its temporary folder, the recipe as text) and change no output: left out of the checkpoint's identity
+VOLATILE = frozenset({"qeval-quantize.json", "recipe.yaml"})
+
+
+def identity_files(folder: Path) -> list[Path]:
+    """What decides a checkpoint's outputs: weights, config (with its quantization config), tokenizer and
+    any other file, but not hidden files, logs or the VOLATILE records of how it was made."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
+                  and p.name not in VOLATILE and p.suffix != ".log")
+
+
 def tree_hash(folder: Path) -> str:
-    """Hash every file of a checkpoint folder; memoized in a sidecar keyed by size and mtime."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """A checkpoint's content identity (identity_files); memoized in a sidecar keyed by size and mtime. A
+    checkpoint re-made with identical tensors hashes the same, so its stored results are reused."""
+    files = identity_files(folder)
     stat_key = stable_hash([(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
     memo = folder / ".qeval-hash.json"
     try:
