@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the device: run (or resume) one campaign within a time budget, then bring its results back in $OUT.
-# usage: bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS
-# A campaign that runs out of time is killed and resumed by the next call (qeval keeps every record).
+# usage: bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS [QEVAL RUN OPTIONS...]
+# Out of time, qeval gets SIGINT and GRACE seconds (default 20) to stop its children and write its record,
+# then SIGKILL; the next call resumes it (qeval keeps every record). Keep BUDGET + GRACE + ~25 s (the
+# tarball, the start) under the call's 600 s: plan-calls.py does.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-cfg=$1; budget=$2
+cfg=$1; budget=$2; shift 2; grace=${GRACE:-20}
 name=$(python3 -c "import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$cfg")
 # a fresh device has no runs/: start from the committed reference run, whose per-item store lets qeval
 # skip every variant and suite already there (the store is keyed by variant and suite, not by run)
@@ -15,7 +17,10 @@ if [ ! -d "runs/$name" ] && [ -n "$ref" ]; then
   [ -f "runs/$name/results.sqlite.gz" ] && gunzip "runs/$name/results.sqlite.gz"
   echo "resuming from $ref"
 fi
-PYTHONPATH=$PWD:/tmp/site timeout -s INT -k 30 "$budget" python3 -m qeval.cli run "$cfg" --no-mlflow
+# env --default-signal=INT: a command started in the background by a shell without job control inherits
+# SIGINT ignored, and Python then never sees timeout's SIGINT (only the SIGKILL after the grace)
+PYTHONPATH=$PWD:/tmp/site timeout -s INT -k "$grace" "$budget" env --default-signal=INT \
+  python3 -m qeval.cli run "$cfg" --no-mlflow "$@"
 rc=$?
 echo "qeval exit code: $rc"
 if [ -n "${OUT:-}" ] && [ -d "runs/$name" ]; then

@@ -6,6 +6,10 @@ cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 P=${PAYLOAD:-/tmp/payload}
 t0=$(date +%s)
+# every payload file staged, whole? (a call left out, or a machine recycled between calls, shows here)
+[ -f $P/payload.sha256 ] || { echo "device-setup: no $P/payload.sha256: stage the payload calls" >&2; exit 2; }
+(cd $P && sha256sum --quiet -c payload.sha256) ||
+  { echo "device-setup: payload files missing or damaged in $P (above): stage their calls again" >&2; exit 2; }
 mkdir -p /tmp/site-gguf "$QEVAL_CACHE/models/.download" "$QEVAL_CACHE/data"
 [ -d /tmp/site-gguf/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf $P/gguf-*.whl
 [ -d /tmp/site/tenacity ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site $P/tenacity-*.whl
