@@ -133,6 +133,8 @@ def _stopping(engine) -> Iterator[None]:
     try:
         yield
     except EngineError as e:
+        if getattr(engine, "hung", None):  # the watchdog found it hung and ended it: say so, not the suite's symptom
+            raise EngineError(engine.hung, variant=engine.name) from e
         e.engine_alive = engine.health()  # judged before the stop below: a restart only helps a dead engine
         raise
     except KeyboardInterrupt:

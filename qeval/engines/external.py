@@ -66,7 +66,7 @@ class ExternalEngine:
     def memory(self) -> EngineMemory:
         return EngineMemory()  # not ours to measure
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
         pass  # not ours to stop
 
     def __enter__(self) -> Endpoint:

