@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -28,9 +29,32 @@ def exit_code(record) -> int:
     return EXIT_INFRA if record.verdict == "NOT_EVALUATED" else EXIT_GATE_FAILED
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    # SystemExit unwinds through every `with engine:` block, so no server outlives us
-    raise SystemExit(128 + signum)
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised where the program is: it unwinds like Ctrl-C, so every child is stopped
+    and the campaign writes its record on the way out; the exit code is 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _OnSignal:
+    """The first SIGINT / SIGTERM raises Interrupted; later ones are noted and ignored, so a second
+    Ctrl-C cannot cut short the (bounded) clean-up that stops the children and writes the record."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.first is not None:
+            os.write(2, b"qeval: already stopping: children get a few seconds, then SIGKILL\n")  # async-signal-safe
+            return
+        self.first = signum
+        raise Interrupted(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self)
 
 
 def _fail(e: QevalError) -> None:
@@ -90,7 +114,7 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
     from .config import load_config
     from .settings import Settings
 
-    signal.signal(signal.SIGTERM, _sigterm)
+    _OnSignal().install()
     try:
         cfg = load_config(config)
         if no_mlflow:
@@ -100,9 +124,11 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
         result = action(cfg, Settings.from_env(), reporter=reporter, config_file=str(config), command=sys.argv)
     except QevalError as e:
         _fail(e)
-    except KeyboardInterrupt:
-        err.print("interrupted: every server was stopped; run the same command again to resume")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        err.print(f"interrupted ({signal.Signals(signum).name}): every child was stopped and the record keeps "
+                  f"what finished (the rest NOT_EVALUATED); run the same command again to resume")
+        raise typer.Exit(128 + signum) from None
     rec = result.record
     out.print(verdict_table(rec))
     out.print(f"report:  {result.report_path}")
@@ -216,6 +242,7 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
 def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' output folder (holds mlflow.db)"),
        port: int = typer.Option(5000, help="port on 127.0.0.1")) -> None:
     """Serve the MLflow UI over a campaign folder's store until Ctrl-C."""
+    from .engines.process import INTERRUPT_GRACE_S
     from .tracking.server import MlflowServer, runs_table_urls
 
     if not (output_dir / "mlflow.db").is_file():
@@ -233,7 +260,7 @@ def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' outp
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        server.stop(INTERRUPT_GRACE_S)  # only Ctrl-C or an error ends it: someone is waiting
 
 
 def main() -> None:

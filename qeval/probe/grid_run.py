@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from ..config import ProbeSpec
 from ..engines import Endpoint
+from ..engines.process import stop_grace
 from ..errors import EngineError
 from .grid import GridRow, cell
 from .latency import run_probe
@@ -38,8 +39,10 @@ def serve_row(row: GridRow, probe: ProbeSpec, engine, seed: int = 0,
     endpoint = engine.start()
     try:
         data = run_row(row, probe, endpoint, engine, seed, on_cell)
-    finally:
-        engine.stop()
+    except BaseException as e:
+        engine.stop(stop_grace(e))  # Ctrl-C: a short grace, someone is waiting
+        raise
+    engine.stop()
     data["startup_seconds"] = round(engine.startup_seconds, 1) if engine.startup_seconds else None
     return data
 

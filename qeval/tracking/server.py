@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from ..engines.process import ServerProcess, free_port
+from ..engines.process import ServerProcess, free_port, stop_grace
 from ..errors import QevalError
 
 
@@ -36,32 +36,35 @@ class MlflowServer:
                 "--artifacts-destination", str((self.store_dir / "mlartifacts").resolve()), "--workers", "1"]
         self.proc = ServerProcess(argv, dict(os.environ), self.store_dir / "mlflow-server.log")
         self.proc.spawn()
+        try:
+            return self._wait_healthy()
+        except BaseException as e:  # Ctrl-C while it starts: `with` never reaches __exit__, so stop it here
+            self.stop(stop_grace(e, 15))
+            raise
+
+    def _wait_healthy(self) -> str:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if not self.proc.alive():
-                tail = self.proc.log_tail()
-                self.stop()
-                raise QevalError(f"MLflow server exited during start-up:\n{tail}")
+                raise QevalError(f"MLflow server exited during start-up:\n{self.proc.log_tail()}")
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return self.url
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        tail = self.proc.log_tail()
-        self.stop()
-        raise QevalError(f"MLflow server not healthy after {self.startup_timeout_s:.0f} s:\n{tail}")
+        raise QevalError(f"MLflow server not healthy after {self.startup_timeout_s:.0f} s:\n{self.proc.log_tail()}")
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 15) -> None:
         if self.proc is not None:
-            self.proc.terminate(grace_s=15)
+            self.proc.terminate(grace_s=grace_s)
             self.proc = None
 
     def __enter__(self) -> str:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop(stop_grace(exc, 15))
 
 
 def runs_table_urls(url: str) -> dict[str, str]:
