@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -15,7 +12,8 @@ import pytest
 
 from qeval.record import RunRecord
 
-from .conftest import ROOT, count_records, subprocess_env
+from ..conftest import describe, wait_gone
+from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +28,8 @@ model: {{path: {base_model}}}
 output_dir: {tmp_path / 'runs'}
 baseline: {{name: bf16, method: bf16}}
 variants:
-  - {{name: int8, method: int8}}
+  # the smallest calibration that still runs SmoothQuant + GPTQ for real (the demo keeps the full one)
+  - {{name: int8, method: int8, recipe: {{calibration_samples: 8, calibration_seq_len: 64}}}}
   # the session's bf16 server, already running: same model, so it must pair exactly and pass
   - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
       checkpoint: {base_model}}}
@@ -46,37 +45,28 @@ mlflow: {{server: true}}  # log through a real `mlflow server` on loopback
     return cfg
 
 
-def _cli(cfg: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(COLUMNS="200"),
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def test_campaign_killed_and_resumed(server, base_model, tmp_path):
+def test_campaign_killed_and_resumed(spawn, server, base_model, tmp_path):
     _, endpoint = server
     cfg = _config(tmp_path, base_model, endpoint)
     db = tmp_path / "runs" / "e2e" / "results.sqlite"
 
     # 1. run until the int8 variant is part-way through its first suite, then SIGKILL: no clean-up at all
-    first = _cli(cfg, tmp_path / "first.log")
-    deadline = time.monotonic() + 1200
-    while count_records(db, "int8") < 10:
-        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "int8 never started"
-        time.sleep(0.5)
+    first = qeval(spawn, "run", str(cfg), log=tmp_path / "first.log")
+    wait_for(lambda: count_records(db, "int8") >= 10, first, [tmp_path / "first.log", tmp_path / "runs"],
+             "int8's first 10 records")
     servers = [p for p in psutil.Process(first.pid).children(recursive=True)]
     first.send_signal(signal.SIGKILL)
     first.wait()
     # the server dies with its parent (parent-death signal), even after a SIGKILL
-    _, alive = psutil.wait_procs(servers, timeout=60)
-    assert not alive, [p.cmdline()[:4] for p in alive]
+    alive = wait_gone(servers, timeout=60)
+    assert not alive, describe(alive)
     partial = count_records(db, "int8")
     assert 10 <= partial < sum(EXPECTED.values())
 
     # 1b. `qeval finish` gives a verdict from what is stored, serving nothing: the unfinished variants
     # are NOT_EVALUATED (exit 3, never PASS), and the run stays open for the resume below; int8, cut while
     # being evaluated, is on the record as partial, and only the suites it finished are compared
-    fin = subprocess.run([sys.executable, "-m", "qeval.cli", "finish", str(cfg), "--no-mlflow"],
-                         env=subprocess_env(COLUMNS="200"), capture_output=True, text=True, timeout=300)
+    fin = run_qeval(spawn, "finish", str(cfg), "--no-mlflow")
     assert fin.returncode == 3, fin.stdout[-2000:] + fin.stderr[-2000:]
     rec = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
     assert rec.finished_at is None and rec.verdict == "NOT_EVALUATED"
@@ -87,8 +77,8 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     assert count_records(db, "int8") == partial  # nothing served, nothing written to the store
 
     # 2. the same command again resumes: the baseline is not re-run, int8 finishes
-    second = _cli(cfg, tmp_path / "second.log")
-    rc = second.wait(timeout=1500)
+    second = qeval(spawn, "run", str(cfg), log=tmp_path / "second.log")
+    rc = wait_exit(second, [tmp_path / "second.log", tmp_path / "runs"])
     log = (tmp_path / "second.log").read_text()
     assert rc in (0, 1), log[-3000:]
     assert "resuming run" in log and "[bf16] every suite already in the store" in log
@@ -144,10 +134,9 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
 
     # 7. MLflow down: the campaign still finishes (from the store, no server needed) and keeps its record;
     #    `qeval sync` logs it later, and a second sync adds nothing
-    down = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], capture_output=True, text=True,
-                          timeout=600, env=subprocess_env(MLFLOW_TRACKING_URI="http://127.0.0.1:9",
-                                                          MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                                                          MLFLOW_HTTP_REQUEST_TIMEOUT="5"))
+    down = run_qeval(spawn, "run", str(cfg), env=subprocess_env(MLFLOW_TRACKING_URI="http://127.0.0.1:9",
+                                                                MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                                                                MLFLOW_HTTP_REQUEST_TIMEOUT="5"))
     assert down.returncode in (0, 1), down.stderr[-2000:]
     assert "MLflow logging failed" in down.stderr and "qeval sync" in down.stderr
     kept = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
@@ -157,9 +146,7 @@ def test_campaign_killed_and_resumed(server, base_model, tmp_path):
     with MlflowServer(tmp_path / "later") as url:  # a real tracking server, over HTTP
         ids = []
         for _ in range(2):
-            s = subprocess.run([sys.executable, "-m", "qeval.cli", "sync", str(tmp_path / "runs" / "e2e"),
-                                "--tracking-uri", url], capture_output=True, text=True, timeout=300,
-                               env=subprocess_env())
+            s = run_qeval(spawn, "sync", str(tmp_path / "runs" / "e2e"), "--tracking-uri", url)
             assert s.returncode == 0, s.stderr
             ids.append(RunRecord.load(tmp_path / "runs" / "e2e" / "run.json").tracking["parent_run_id"])
         assert ids[0] == ids[1]

@@ -3,20 +3,17 @@ variant both need is quantized into the shared cache without either one breaking
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from .conftest import ROOT, subprocess_env, tiny_llama
+from .conftest import ROOT, qeval, tiny_llama, wait_exit
 
 pytestmark = pytest.mark.slow
 
 
-def test_two_campaigns_at_once(tmp_path):
+def test_two_campaigns_at_once(spawn, tmp_path):
     settings = Settings.from_env()
     model = tiny_llama(settings, tmp_path / "tiny-llama")  # both campaigns quantize it, from scratch, at once
     before = set(settings.variants.glob(f"{model.name}-rtn-*.tmp-*"))  # another run's debris is not ours to judge
@@ -37,9 +34,10 @@ gates: {{rules: [{{match: "*", margin: 0.5}}]}}
 mlflow: {{enabled: false}}
 """)
         cfgs.append(cfg)
-        procs.append(subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=1200)[0] for p in procs]
+        procs.append(qeval(spawn, "run", str(cfg), log=tmp_path / f"{name}.log"))
+    for name, p in zip(("one", "two"), procs):
+        wait_exit(p, [tmp_path / f"{name}.log", tmp_path / name])
+    outs = [(tmp_path / f"{name}.log").read_text() for name in ("one", "two")]
     for name, p, out in zip(("one", "two"), procs, outs):
         assert p.returncode in (0, 1), out[-3000:]
         rec = RunRecord.load(tmp_path / name / name / "run.json")

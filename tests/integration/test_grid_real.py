@@ -30,7 +30,7 @@ grid:
   engine: {{max_num_seqs: [1, 4]}}
   concurrency: [1, 4]
   requests_per_cell: 8
-  max_seconds_per_cell: 120
+  max_seconds_per_cell: 600  # a bound on a cell, not its expected length (a slower CPU must not cut it)
   max_cells: 4
 """)
     return load_config(cfg)

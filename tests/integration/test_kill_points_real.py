@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,8 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from .conftest import ROOT, subprocess_env, tiny_llama
+from ..conftest import describe, marked, wait_gone
+from .conftest import ROOT, qeval, tiny_llama, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,22 +46,19 @@ mlflow: {{server: true}}
     return cfg
 
 
-def _run(cfg: Path, log: Path, kill_at: tuple[str, float] | None) -> int | None:
-    cli = subprocess.Popen([sys.executable, "-m", "qeval.cli", "run", str(cfg)], env=subprocess_env(COLUMNS="200"),
-                           stdout=log.open("w"), stderr=subprocess.STDOUT)
+def _run(spawn, cfg: Path, log: Path, kill_at: tuple[str, float] | None) -> int | None:
+    cli = qeval(spawn, "run", str(cfg), log=log)
+    watch = [log, cfg.parent / cfg.stem]
     if kill_at is None:
-        return cli.wait(timeout=900)
+        return wait_exit(cli, watch)
     marker, delay = kill_at
-    deadline = time.monotonic() + 600
-    while marker not in log.read_text():
-        assert cli.poll() is None and time.monotonic() < deadline, (marker, log.read_text()[-3000:])
-        time.sleep(0.05)
+    wait_for(lambda: marker in log.read_text(), cli, watch, marker)
     time.sleep(delay)
     children = psutil.Process(cli.pid).children(recursive=True)
     cli.send_signal(signal.SIGKILL)
     cli.wait()
-    _, alive = psutil.wait_procs(children, timeout=60)  # servers and workers die with their parent
-    assert not alive, [p.cmdline()[:4] for p in alive]
+    alive = wait_gone(children, timeout=60)  # servers and workers die with their parent (a zombie is gone)
+    assert not alive and not marked(cli.test_token), describe(alive + marked(cli.test_token))
     return None
 
 
@@ -73,18 +69,18 @@ def _scores(db: Path) -> dict[tuple[str, str, str], str]:
     return {(v, s, i): sc for v, s, i, sc in rows}
 
 
-def test_killed_at_every_stage_then_resumed_equals_uninterrupted(tmp_path):
+def test_killed_at_every_stage_then_resumed_equals_uninterrupted(spawn, tmp_path):
     settings = Settings.from_env()
     model = tiny_llama(settings, tmp_path / "tiny-llama")
     # a nonce in the checkpoint makes its hash (the variant cache key) new: the quantization really runs
     (model / "nonce.txt").write_text(str(time.time_ns()))
     killed = _config(tmp_path, model, tmp_path / "killed")
     for i, point in enumerate(KILL_POINTS):
-        _run(killed, tmp_path / f"kill-{i}.log", point)
-    rc = _run(killed, tmp_path / "last.log", None)
+        _run(spawn, killed, tmp_path / f"kill-{i}.log", point)
+    rc = _run(spawn, killed, tmp_path / "last.log", None)
     assert rc in (0, 1), (tmp_path / "last.log").read_text()[-3000:]
     ref = _config(tmp_path, model, tmp_path / "ref")
-    assert _run(ref, tmp_path / "ref.log", None) in (0, 1)
+    assert _run(spawn, ref, tmp_path / "ref.log", None) in (0, 1)
 
     got, want = _scores(tmp_path / "killed" / "kills" / "results.sqlite"), _scores(tmp_path / "ref" / "kills" / "results.sqlite")
     assert got.keys() == want.keys() and len(got) == 2 * (40 + 8 + 20)

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import httpx
 import pytest
 
 from qeval.config import VariantSpec
 from qeval.engines.vllm import VllmEngine
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, run_qeval, subprocess_env
 
 pytestmark = pytest.mark.slow
 
 SECRET = "qeval-planted-secret-7f3a9c1e"
 
 
-def test_api_key_is_used_and_never_written(settings, base_model, engine_spec, tmp_path):
+def test_api_key_is_used_and_never_written(spawn, settings, base_model, engine_spec, tmp_path):
     spec = engine_spec.model_copy(update={"extra_args": ["--api-key", SECRET]})
     engine = VllmEngine(variant=VariantSpec(name="guarded", method="bf16"), checkpoint=base_model, spec=spec,
                         settings=settings, log_dir=tmp_path / "server")
@@ -41,11 +38,10 @@ probe: {{enabled: true, concurrency: [1, 2], prompt_tokens: 16, output_tokens: 8
          warmup_requests: 1}}
 gates: {{rules: [{{match: "*", margin: 0.5}}]}}
 """)
-        missing = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], capture_output=True, text=True,
-                                 timeout=120, env={k: v for k, v in subprocess_env().items() if k != "QEVAL_TEST_KEY"})
+        missing = run_qeval(spawn, "run", str(cfg),
+                            env={k: v for k, v in subprocess_env().items() if k != "QEVAL_TEST_KEY"})
         assert missing.returncode == 2 and "QEVAL_TEST_KEY" in missing.stderr
-        r = subprocess.run([sys.executable, "-m", "qeval.cli", "run", str(cfg)], capture_output=True, text=True,
-                           timeout=900, env=subprocess_env(QEVAL_TEST_KEY=SECRET))
+        r = run_qeval(spawn, "run", str(cfg), env=subprocess_env(QEVAL_TEST_KEY=SECRET))
     assert r.returncode in (0, 1), r.stderr[-3000:]
     assert SECRET not in r.stdout + r.stderr
     run_dir = tmp_path / "runs"
