@@ -113,6 +113,11 @@ class ServerProcess:
                 continue
         return total or None
 
+    def kill(self) -> None:
+        """SIGKILL the whole group at once (a hung server); safe from another thread, `terminate` still reaps."""
+        if self.proc is not None:
+            self._signal(self.proc.pid, signal.SIGKILL)
+
     def terminate(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after the grace period."""
         if self.proc is None:
