@@ -44,6 +44,13 @@ def is_alive(p: psutil.Process) -> bool:
         return False
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        return is_alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

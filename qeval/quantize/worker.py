@@ -12,9 +12,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import psutil
-
-from ..engines.process import ServerProcess
+from ..engines.process import ServerProcess, pid_alive
 from ..errors import MissingEnvError, QuantizeError
 from ..hashing import stable_hash, tree_hash
 from .calibration import calibration_texts
@@ -31,7 +29,7 @@ def _clear_abandoned(out: Path) -> None:
     a live process's folder is another campaign at work on the same variant, and is left alone."""
     for stale in out.parent.glob(out.name + ".tmp-*"):
         pid = stale.name.rsplit(".tmp-", 1)[1].split(".")[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
