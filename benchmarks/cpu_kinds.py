@@ -85,7 +85,7 @@ def matmul_rates(settings: Settings, seconds: float) -> dict:
 def decode_rates(settings: Settings, dtype: str, eager: bool, out_tokens: int, log_dir: Path) -> dict:
     """One server in `dtype`; qeval's probe at concurrency 1 and 16 (greedy, ignore_eos)."""
     model = settings.models / "smollm2-135m-instruct"
-    spec = EngineSpec(kv_cache_gib=2, enforce_eager=eager, max_model_len=2048, extra_args=["--dtype", dtype])
+    spec = EngineSpec(kv_cache_gib=2, enforce_eager=eager, max_model_len=2048, dtype=dtype)
     engine = VllmEngine(variant=VariantSpec(name=f"cpu-kinds-{dtype}", method="bf16"), checkpoint=model,
                         spec=spec, settings=settings, log_dir=log_dir)
     probe = ProbeSpec(enabled=True, concurrency=[1, 16], prompt_tokens=32, output_tokens=out_tokens,

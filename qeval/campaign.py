@@ -22,7 +22,7 @@ import numpy as np
 
 from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
-from .engines import build_engine
+from .engines import build_engine, serve_dtypes
 from .engines.process import INTERRUPT_GRACE_S
 from .errors import ConfigError, EngineError, MissingEnvError, QuantizeError
 from .gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
@@ -181,14 +181,28 @@ class Campaign:
         self.command = command or []
         self.run_dir = cfg.output_dir / cfg.name
         self.logs = self.run_dir / "logs"
+        self._dtype: DtypeChoice | None = None  # decided once, on first use (Campaign.dtype)
 
     # -- variants ---------------------------------------------------------------------------
-    def dtype(self, v: VariantSpec) -> DtypeChoice:
-        """The dtype the variant is quantized and served in: the model's, with `auto` decided by this machine."""
-        return choose_dtype(self.cfg.model.dtype, _engine_spec(self.cfg, v).device, self.settings.cpu)
+    def dtype(self) -> DtypeChoice:
+        """The dtype every variant is served in (one, so that their scores pair) and quantizers compute in:
+        the model's, `auto` decided by this machine and by what each variant's engine can serve."""
+        if self._dtype is None:
+            served = [v for v in self.cfg.all_variants() if v.method != "external"]
+            specs = {v.name: _engine_spec(self.cfg, v) for v in served}
+            limits = {v.name: ok for v in served
+                      if (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device)) is not None}
+            choice = choose_dtype(self.cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"},
+                                  self.settings.cpu, limits)
+            bad = sorted(n for n, ok in limits.items() if choice.dtype not in ok)
+            if bad:
+                raise ConfigError(f"{', '.join(bad)}: the engine serves this method in {sorted(limits[bad[0]])} "
+                                  f"only, not {choice.dtype}", file=self.config_file, where="model.dtype")
+            self._dtype = choice
+        return self._dtype
 
     def engine_spec(self, v: VariantSpec) -> EngineSpec:
-        return _engine_spec(self.cfg, v, self.dtype(v).dtype)
+        return _engine_spec(self.cfg, v, self.dtype().dtype)
 
     def checkpoint_for(self, v: VariantSpec, base: Path, result: VariantResult) -> Path | None:
         # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
@@ -199,7 +213,8 @@ class Campaign:
         name = v.quantizer or DEFAULT_QUANTIZER[v.method]
         runtime = {"llmcompressor": self.settings.llmc, "modelopt": self.settings.modelopt,
                    "trtllm": self.settings.trtllm}[name]
-        q = quantizer_for(v.method, name, runtime=runtime, engine=self.engine_spec(v))
+        q = quantizer_for(v.method, name, runtime=runtime, engine=self.engine_spec(v),
+                          dtype=self.dtype().quantize_dtype)
         key = q.cache_key(base, v)
         out = self.settings.variants / f"{base.name}-{v.method}-{key}"
         result.recipe = q.spec(base, v)
@@ -408,6 +423,7 @@ class Campaign:
         cfg = self.cfg
         t_start = time.monotonic()
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
+        self.dtype()  # a dtype an engine cannot serve is bad input, found before anything starts
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
         prior = prior_run(record_path)
@@ -441,7 +457,7 @@ class Campaign:
                     vkey = self.variant_key(v, res.checkpoint_hash)
                     res.key = vkey
                     if v.method != "external":  # an endpoint someone else runs serves in its own dtype
-                        res.dtype, res.dtype_reason = dataclasses.astuple(self.dtype(v))
+                        res.dtype, res.dtype_reason = self.dtype().dtype, self.dtype().reason
                     if res.quantize_seconds is None:  # the checkpoint was made by an earlier attempt
                         res.quantize_seconds = facts.get(vkey, {}).get("quantize_seconds")
                     if self._todo(store, vkey, p, self.grid_rows(v, res.checkpoint_hash)):

@@ -48,17 +48,33 @@ class CpuInfo:
 
 @dataclass(frozen=True)
 class DtypeChoice:
-    dtype: str  # what the engine serves and the quantizer computes in
+    dtype: str  # what every variant of the campaign is served in (one dtype: their scores pair)
     reason: str  # for the record and the report
+    compute: str = ""  # what quantizers compute in (float32 where bf16 is slow); default: dtype
+
+    @property
+    def quantize_dtype(self) -> str:
+        return self.compute or self.dtype
 
 
-def choose_dtype(requested: str, device: str, cpu: CpuInfo) -> DtypeChoice:
-    """`auto`: bfloat16 where bf16 compute is native (a GPU; a CPU with AVX512-BF16 / AMX), else float32."""
+def choose_dtype(requested: str, devices: set[str], cpu: CpuInfo,
+                 limits: dict[str, frozenset[str]] | None = None) -> DtypeChoice:
+    """One dtype for the whole campaign. `auto`: bfloat16 where bf16 compute is native (a GPU; a CPU with
+    AVX512-BF16 / AMX), else float32 unless an engine cannot serve a variant in it (`limits`: variant ->
+    the dtypes its engine serves it in, as the engine declares). Quantizers on a CPU without native bf16
+    compute in float32 whatever is served: bf16 there runs ~60x slower."""
+    limits = limits or {}
+    slow_bf16 = "cpu" in devices and not cpu.native_bf16
+    compute = "float32" if slow_bf16 else ""
     if requested != "auto":
-        return DtypeChoice(requested, "set by the campaign (model.dtype)")
-    if device == "gpu":
-        return DtypeChoice("bfloat16", "auto: the GPU computes bf16 natively")
-    if cpu.native_bf16:
-        return DtypeChoice("bfloat16", f"auto: this CPU computes bf16 natively ({cpu.kind()})")
-    return DtypeChoice("float32", f"auto: this CPU has no native bf16 ({cpu.kind()}); bf16 would run ~60x slower "
-                                  "than fp32 here")
+        return DtypeChoice(requested, "set by the campaign (model.dtype)", compute)
+    if not slow_bf16:
+        where = "the GPU computes" if devices == {"gpu"} else f"this CPU computes ({cpu.kind()})"
+        return DtypeChoice("bfloat16", f"auto: {where} bf16 natively")
+    blocked = sorted(name for name, ok in limits.items() if "float32" not in ok)
+    if not blocked:
+        return DtypeChoice("float32", f"auto: this CPU has no native bf16 ({cpu.kind()}); bf16 would run ~60x "
+                                      "slower than fp32 here", compute)
+    return DtypeChoice("bfloat16", f"auto: this CPU has no native bf16 ({cpu.kind()}), but the engine serves "
+                                   f"{', '.join(blocked)} in bf16/fp16 only, and every variant is served in "
+                                   "one dtype; quantized in float32", compute)

@@ -18,5 +18,7 @@ print(name)
 PY
 )
 rm -rf "$out"
-OMP_NUM_THREADS=1 "$env/bin/python" "$(dirname "$0")/../qeval/workers/convert_gguf.py" "$dl/$(basename "$gguf")" "$out"
+# offline as on the GPU machine: transformers writes the hub mode into tokenizer_config.json
+# ("local_files_only"), and the checkpoint's content hash keys every stored result
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 "$env/bin/python" "$(dirname "$0")/../qeval/workers/convert_gguf.py" "$dl/$(basename "$gguf")" "$out"
 stamp_done

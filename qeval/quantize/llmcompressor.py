@@ -20,8 +20,6 @@ class LlmCompressor(WorkerQuantizer):
 
     def spec(self, base: Path, variant: "VariantSpec") -> dict:
         r = variant.recipe
-        # computed in the dtype the variant is served in: bf16 where native, float32 on an AVX2-only CPU
-        dtype = (self.engine.dtype if self.engine is not None else None) or "bfloat16"
         return {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
                 "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,
-                "dtype": dtype}
+                "dtype": self.dtype}

@@ -43,8 +43,9 @@ class WorkerQuantizer:
     done_file = "config.json"  # what a finished output folder always holds
     install_hint = "make setup"
 
-    def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None):
-        self.runtime, self.engine = runtime, engine
+    def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None, dtype: str = "bfloat16"):
+        # dtype: what the tool computes in (the campaign's choice: float32 on a CPU without native bf16)
+        self.runtime, self.engine, self.dtype = runtime, engine, dtype
 
     def spec(self, base: Path, variant: "VariantSpec") -> dict:
         raise NotImplementedError

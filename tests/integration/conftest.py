@@ -40,7 +40,7 @@ def engine_spec(settings) -> EngineSpec:
     # enforce-eager: ~35 s to start here instead of ~90 s; decoding speed does not matter for tests.
     # The dtype a campaign would pick here (float32 on a CPU without native bf16: ~60x faster there)
     return EngineSpec(enforce_eager=True, kv_cache_gib=1, max_model_len=2048,
-                      dtype=choose_dtype("auto", "cpu", settings.cpu).dtype)
+                      dtype=choose_dtype("auto", {"cpu"}, settings.cpu).dtype)
 
 
 @pytest.fixture(scope="session")
