@@ -91,12 +91,16 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
         no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later"),
         max_minutes: float = typer.Option(None, "--max-minutes", min=0,
                                           help="start no variant after this long; the rest are NOT_EVALUATED and "
-                                               "a rerun resumes them (for CI jobs with a time limit)")) -> None:
+                                               "a rerun resumes them (for CI jobs with a time limit)"),
+        only: list[str] = typer.Option(None, "--only", metavar="VARIANT",
+                                       help="make and serve only this variant (repeatable) and the baseline; the "
+                                            "others keep what an earlier run of this campaign stored, else are "
+                                            "NOT_EVALUATED")) -> None:
     """Run a campaign: quantize, serve, evaluate, compare, gate, log to MLflow, write the report."""
     from . import campaign
 
     _run_or_finish(config, no_mlflow, lambda cfg, settings, **kw: campaign.run(
-        cfg, settings, max_seconds=None if max_minutes is None else max_minutes * 60, **kw))
+        cfg, settings, max_seconds=None if max_minutes is None else max_minutes * 60, only=only or None, **kw))
 
 
 @app.command()
@@ -125,6 +129,8 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
     except QevalError as e:
         _fail(e)
     except KeyboardInterrupt as e:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the clean-up is done: one more signal must not change the
+            signal.signal(sig, signal.SIG_IGN)  # exit code (at shutdown Python puts back the default handlers)
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         err.print(f"interrupted ({signal.Signals(signum).name}): every child was stopped and the record keeps "
                   f"what finished (the rest NOT_EVALUATED); run the same command again to resume")
