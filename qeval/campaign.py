@@ -6,6 +6,7 @@ Every per-item record goes to the store as it arrives; a rerun redoes only what 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import datetime as dt
 import json
 import os
@@ -154,6 +155,19 @@ def _engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) 
     if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
         update.setdefault("quantization", "fp8")
     return EngineSpec.model_validate({**cfg.engine.model_dump(), **update}) if update else cfg.engine
+
+
+def _earlier_variants(record_path: Path) -> dict[str, dict]:
+    """Per variant name, what an earlier record says of it: its spec, its result, the campaign's dtype then
+    (records before the dtype was recorded were made in the model's dtype, bfloat16 by default)."""
+    try:
+        data = json.loads(record_path.read_text())
+        specs = {v["name"]: v for v in data["config"]["variants"]}
+        dtype = data["config"]["model"].get("dtype", "bfloat16")
+        return {r["name"]: {"spec": specs[r["name"]], "result": r, "dtype": dtype}
+                for r in data["variants"] if r["name"] in specs}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _environment(settings: Settings) -> dict[str, str]:
@@ -417,15 +431,19 @@ class Campaign:
                 + [(s.suite, s.key, "nll", s.metrics()) for s in p.logprobs])
 
     # -- the whole run ----------------------------------------------------------------------
-    def run(self, max_seconds: float | None = None) -> CampaignResult:
+    def run(self, max_seconds: float | None = None, only: Sequence[str] | None = None) -> CampaignResult:
         """Every variant, then the comparison. With `max_seconds`, no variant starts once that much time
-        has passed: the ones left are reported as not evaluated (never PASS) and a rerun resumes them."""
+        has passed: the ones left are reported as not evaluated (never PASS) and a rerun resumes them.
+        With `only`, just those variants (and the baseline) are made and served; each other one keeps what
+        an earlier record of this campaign shows where the store still holds it whole (_carry_over)."""
         cfg = self.cfg
         t_start = time.monotonic()
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         self.dtype()  # a dtype an engine cannot serve is bad input, found before anything starts
+        selected = self._selected(only)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         record_path = self.run_dir / "run.json"
+        earlier = _earlier_variants(record_path) if selected is not None else {}
         prior = prior_run(record_path)
         facts = prior["facts"] if prior else {}
         resuming = prior is not None and prior["finished_at"] is None and prior["config_hash"] == cfg.config_hash()
@@ -448,6 +466,19 @@ class Campaign:
                                                         "was spent; run the same command again to resume")
                     self.log(f"[{v.name}] NOT EVALUATED: {res.error}")
                     record.variants.append(res)
+                    continue
+                if role == "variant" and selected is not None and v.name not in selected:
+                    carried = self._carry_over(v, earlier.get(v.name), store, p)
+                    if carried is not None:
+                        res = carried
+                        keys[v.name] = res.key
+                        self.log(f"[{v.name}] not selected: kept from the earlier record (its suites are in the store)")
+                    else:
+                        res.status, res.error = "skipped", ("not selected (--only), and no earlier result of it in "
+                                                            "the store; run without --only to evaluate it")
+                        self.log(f"[{v.name}] NOT EVALUATED: {res.error}")
+                    record.variants.append(res)
+                    record.save(record_path)
                     continue
                 try:
                     ckpt = self.checkpoint_for(v, p.base_checkpoint, res)
@@ -489,6 +520,36 @@ class Campaign:
             record.finished_at = _now()
         record.save(record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=record_path)
+
+    def _selected(self, only: Sequence[str] | None) -> set[str] | None:
+        if only is None:
+            return None
+        names = [v.name for v in self.cfg.variants]
+        for n in only:
+            if n not in names:
+                close = difflib.get_close_matches(n, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f"; its variants are {names}"
+                raise ConfigError(f"--only {n}: not a variant of this campaign{hint}", file=self.config_file)
+        return set(only)
+
+    def _carry_over(self, v: VariantSpec, earlier: dict | None, store: ResultsStore, p: Plan) -> VariantResult | None:
+        """A variant left out by `only` keeps an earlier record's result where that record shows the same
+        spec served in today's dtype, and the store holds every suite of this campaign (and its probe) whole
+        under the key it had: nothing is quantized to find out, and what is shown is summarized anew."""
+        if earlier is None or earlier["spec"] != v.model_dump(mode="json") or earlier["result"].get("status") != "ok":
+            return None
+        res = VariantResult.model_validate(earlier["result"])
+        if (res.dtype or earlier["dtype"]) != self.dtype().dtype or not res.key:
+            return None
+        if any(not store.is_complete(res.key, key) for _, key, *_ in self._suite_keys(p)):
+            return None
+        if self.cfg.probe.enabled:
+            if not self._probe_path(res.key).exists():
+                return None
+            res.probe = json.loads(self._probe_path(res.key).read_text())
+            res.probe_requests = str(self._probe_path(res.key).with_suffix(".parquet"))
+        res.suites = self.summarize(store, res.key, p)
+        return res
 
     @contextmanager
     def _record_if_interrupted(self, record: RunRecord, record_path: Path, store: ResultsStore,
@@ -673,8 +734,8 @@ def publish(result: CampaignResult, cfg: CampaignConfig, reporter: Reporter | No
 def run(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
         **kwargs) -> CampaignResult:
     """The library entry point: what the CLI, the notebook and the tests call."""
-    max_seconds = kwargs.pop("max_seconds", None)
-    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run(max_seconds)
+    max_seconds, only = kwargs.pop("max_seconds", None), kwargs.pop("only", None)
+    result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run(max_seconds, only)
     return publish(result, cfg, reporter)
 
 
