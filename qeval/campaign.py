@@ -205,7 +205,8 @@ class Campaign:
             served = [v for v in self.cfg.all_variants() if v.method != "external"]
             specs = {v.name: _engine_spec(self.cfg, v) for v in served}
             limits = {v.name: ok for v in served
-                      if (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device)) is not None}
+                      if (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint))
+                      is not None}
             choice = choose_dtype(self.cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"},
                                   self.settings.cpu, limits)
             bad = sorted(n for n, ok in limits.items() if choice.dtype not in ok)

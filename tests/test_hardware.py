@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,27 +54,41 @@ def test_an_engine_that_cannot_serve_float32_keeps_the_campaign_on_one_dtype(tmp
     camp = Campaign(cfg, Settings(cache=tmp_path, cpu=amd))
     assert (camp.dtype().dtype, camp.dtype().quantize_dtype) == ("bfloat16", "float32")
     pinned = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "float32"})})
-    with pytest.raises(ConfigError, match="awq-w4a16, gptq-w4a16: the engine serves this method in"):
+    with pytest.raises(ConfigError, match="awq-w4a16, gptq-w4a16, int8-w8a8: the engine serves this method in"):
         Campaign(pinned, Settings(cache=tmp_path, cpu=amd)).dtype()
 
 
 def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
-    cfg = load_config(ROOT / "configs" / "grid.yaml")  # bf16 and INT8 W8A8: both serve in float32
+    for name, quant in (("plain", None), ("w4", {"quant_method": "compressed-tensors"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"quantization_config": quant} if quant else {}))
+    cfg = CampaignConfig.model_validate({
+        "name": "c", "model": {"path": str(tmp_path / "plain")}, "baseline": {"name": "b", "method": "bf16"},
+        "variants": [{"name": "same", "method": "checkpoint", "checkpoint": str(tmp_path / "plain")}],
+        "suites": [{"kind": "logprobs"}]})
     cache = tmp_path / "cache"
     fast = Campaign(cfg, Settings(cache=cache, cpu=cpu(SAPPHIRE, tmp_path)))
     slow = Campaign(cfg, Settings(cache=cache, cpu=cpu(EPYC, tmp_path)))
-    assert (fast.dtype().dtype, slow.dtype().dtype) == ("bfloat16", "float32")
+    assert (fast.dtype().dtype, slow.dtype().dtype) == ("bfloat16", "float32")  # unquantized: fp32 serves
     for v in cfg.all_variants():
         # a bf16 baseline's records are never paired with an fp32 variant's: they live under other keys
         assert fast.variant_key(v, "same-checkpoint") != slow.variant_key(v, "same-checkpoint")
-    int8 = next(v for v in cfg.variants if v.method == "int8")
-    specs = [quantizer_for(int8.method, runtime=c.settings.llmc, engine=c.engine_spec(int8),
-                           dtype=c.dtype().quantize_dtype).spec(Path("b"), int8) for c in (fast, slow)]
-    assert [s["dtype"] for s in specs] == ["bfloat16", "float32"]  # quantized in the dtype it is served in
-    engine = VllmEngine(variant=int8, checkpoint=Path("ckpt"), spec=slow.engine_spec(int8), settings=slow.settings,
-                        log_dir=tmp_path)
+    engine = VllmEngine(variant=cfg.variants[0], checkpoint=tmp_path / "plain", spec=slow.engine_spec(cfg.variants[0]),
+                        settings=slow.settings, log_dir=tmp_path)
     argv = engine.argv(8000)
     assert argv[argv.index("--dtype") + 1] == "float32"
+    # a quantized checkpoint given as is says so in its config: served in bf16 there, like the methods
+    given = cfg.model_copy(update={"variants": [cfg.variants[0].model_copy(update={"checkpoint": tmp_path / "w4"})]})
+    assert Campaign(given, Settings(cache=cache, cpu=cpu(EPYC, tmp_path))).dtype().dtype == "bfloat16"
+    demo = load_config(ROOT / "configs" / "demo.yaml")
+    int8 = next(v for v in demo.variants if v.method == "int8")
+    specs = []
+    for kind in (SAPPHIRE, EPYC):
+        c = Campaign(demo, Settings(cache=cache, cpu=cpu(kind, tmp_path)))
+        q = quantizer_for(int8.method, runtime=c.settings.llmc, engine=c.engine_spec(int8),
+                          dtype=c.dtype().quantize_dtype)
+        specs.append((c.dtype().dtype, q.spec(Path("b"), int8)["dtype"]))
+    assert specs == [("bfloat16", "bfloat16"), ("bfloat16", "float32")]  # quantized where it is fast
 
 
 def test_the_dtype_is_the_models_to_set():

