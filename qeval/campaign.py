@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
+from pydantic import ValidationError
 
 from .compare import Paired, adjust_all, align, compare_metric
 from .config import CampaignConfig, CustomSuiteRef, EngineSpec, GateRule, VariantSpec
@@ -537,7 +538,13 @@ class Campaign:
         """A variant left out by `only` keeps an earlier record's result where that record shows the same
         spec served in today's dtype, and the store holds every suite of this campaign (and its probe) whole
         under the key it had: nothing is quantized to find out, and what is shown is summarized anew."""
-        if earlier is None or earlier["spec"] != v.model_dump(mode="json") or earlier["result"].get("status") != "ok":
+        if earlier is None or earlier["result"].get("status") != "ok":
+            return None
+        try:  # read with today's defaults: a field added to VariantSpec since is not a difference
+            same = VariantSpec.model_validate(earlier["spec"]).model_dump(mode="json") == v.model_dump(mode="json")
+        except ValidationError:
+            return None
+        if not same:
             return None
         res = VariantResult.model_validate(earlier["result"])
         if (res.dtype or earlier["dtype"]) != self.dtype().dtype or not res.key:

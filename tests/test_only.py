@@ -98,3 +98,15 @@ def test_an_unselected_variant_the_store_lacks_is_not_evaluated(tmp_path):
     with pytest.raises(ConfigError, match=r"c.yaml: --only w9: not a variant of this campaign; its variants "
                                           r"are \['w4', 'w8'\]"):
         campaign.run(cfg, only=["w9"], config_file=str(tmp_path / "c.yaml"))
+
+
+def test_a_record_written_before_a_spec_field_existed_still_carries_over(tmp_path):
+    with _server() as root:
+        run_dir = _earlier_run(tmp_path, root)
+        data = json.loads((run_dir / "run.json").read_text())
+        for v in data["config"]["variants"]:
+            v.pop("quantizer")  # as records before `quantizer` existed
+        (run_dir / "run.json").write_text(json.dumps(data))
+        cfg = load_config(tmp_path / "c.yaml")
+        rec = campaign.run(cfg, only=["w8"], config_file=str(tmp_path / "c.yaml")).record
+    assert next(v for v in rec.variants if v.name == "w4").status == "ok"
