@@ -54,8 +54,10 @@ def test_two_samples_at_temperature_are_scored_kept_and_reproducible(server, tmp
                                      "generation: {max_tokens: 12, temperature: 0.8, samples: 2}\n")
     suite = load_suite(tmp_path / "s.yaml")
     first, again = [], []
-    assert run_custom(suite, endpoint, set(), first.extend) == 12
-    run_custom(suite, endpoint, set(), again.extend)
+    # one request at a time: vLLM is not batch-invariant, so answers of requests batched differently may
+    # differ under load (seen in a cold CI run: 11 of 12); the seeds are what this test checks
+    assert run_custom(suite, endpoint, set(), first.extend, concurrency=1) == 12
+    run_custom(suite, endpoint, set(), again.extend, concurrency=1)
     for r in first:
         samples = r.extra["samples"]
         assert [s["seed"] for s in samples] == sample_seeds(r.item_id, 2)
@@ -96,8 +98,10 @@ def test_logprobs_suite_perplexity_and_self_agreement(server):
     _, endpoint = server
     suite = load_logprobs_suite(LogprobsSuiteRef(kind="logprobs", chunks=4, top_k=5))
     a, b = [], []
-    assert run_logprobs(suite, endpoint, set(), a.extend) == 4
-    run_logprobs(suite, endpoint, set(), b.extend)
+    # one chunk at a time, so both passes batch alike (vLLM is not batch-invariant: a cold CI run under
+    # load gave KL up to 0.0032 between two concurrent passes)
+    assert run_logprobs(suite, endpoint, set(), a.extend, concurrency=1) == 4
+    run_logprobs(suite, endpoint, set(), b.extend, concurrency=1)
     assert all(len(r.extra["tokens"]) > 150 and r.extra["lp"][0] is None for r in a)  # ~1200 chars of prose
     assert all(len(t) >= 5 for r in a for t in r.extra["top"][1:])  # top-k at every predicted position
     ppl = perplexity(a)
