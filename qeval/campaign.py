@@ -507,9 +507,7 @@ class Campaign:
                             setattr(res, f, val)
                     keys[v.name] = vkey
                     res.suites = self.summarize(store, vkey, p)
-                    if self.cfg.probe.enabled and self._probe_path(vkey).exists():
-                        res.probe = json.loads(self._probe_path(vkey).read_text())
-                        res.probe_requests = str(self._probe_path(vkey).with_suffix(".parquet"))
+                    self._load_probe(res, vkey)
                     self.grid_variant(v, ckpt, res)
                 except (EngineError, QuantizeError, MissingEnvError) as e:
                     res.status, res.error = "error", str(e)
@@ -547,17 +545,23 @@ class Campaign:
         if not same:
             return None
         res = VariantResult.model_validate(earlier["result"])
-        if (res.dtype or earlier["dtype"]) != self.dtype().dtype or not res.key:
+        # an endpoint someone else runs has no dtype of ours; records before dtypes were kept: the model's
+        if v.method != "external" and (res.dtype or earlier["dtype"]) != self.dtype().dtype or not res.key:
             return None
         if any(not store.is_complete(res.key, key) for _, key, *_ in self._suite_keys(p)):
             return None
-        if self.cfg.probe.enabled:
-            if not self._probe_path(res.key).exists():
-                return None
-            res.probe = json.loads(self._probe_path(res.key).read_text())
-            res.probe_requests = str(self._probe_path(res.key).with_suffix(".parquet"))
+        if not self._load_probe(res, res.key) and self.cfg.probe.enabled:
+            return None
         res.suites = self.summarize(store, res.key, p)
         return res
+
+    def _load_probe(self, res: VariantResult, vkey: str) -> bool:
+        """The stored latency probe of this variant key into its result, where the campaign probes and it is there."""
+        if not (self.cfg.probe.enabled and self._probe_path(vkey).exists()):
+            return False
+        res.probe = json.loads(self._probe_path(vkey).read_text())
+        res.probe_requests = str(self._probe_path(vkey).with_suffix(".parquet"))
+        return True
 
     @contextmanager
     def _record_if_interrupted(self, record: RunRecord, record_path: Path, store: ResultsStore,
@@ -658,9 +662,7 @@ class Campaign:
     def _partial(self, store: ResultsStore, res: VariantResult, p: Plan) -> None:
         """A variant cut while being evaluated: what it finished, for the comparison, and what it lacks."""
         res.suites = self.summarize(store, res.key, p, complete_only=True)
-        if self.cfg.probe.enabled and self._probe_path(res.key).exists():
-            res.probe = json.loads(self._probe_path(res.key).read_text())
-            res.probe_requests = str(self._probe_path(res.key).with_suffix(".parquet"))
+        self._load_probe(res, res.key)
         done = {s.suite for s in res.suites}
         missing = [name for name, *_ in self._suite_keys(p) if name not in done]
         missing += ["latency probe"] if self.cfg.probe.enabled and res.probe is None else []

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from ..config import QUANTIZED
 from ..errors import EngineError, MissingEnvError
 from .base import ENGINES, Endpoint, EngineMemory
 from .gpu import engine_gpu_memory
@@ -76,7 +77,7 @@ class VllmEngine:
         # A to be bfloat16 or half`; an unquantized model serves in float32 too
         if device != "cpu":
             return None
-        quantized = method in ("gptq", "awq", "rtn", "int8", "fp8") or _has_quantization_config(checkpoint)
+        quantized = method in QUANTIZED or _has_quantization_config(checkpoint)
         return frozenset({"bfloat16", "float16"}) if quantized else None
 
     @staticmethod
