@@ -97,7 +97,7 @@ def run(config: Path = typer.Argument(..., help="campaign YAML"),
                                             "others keep what an earlier run of this campaign stored, else are "
                                             "NOT_EVALUATED")) -> None:
     """Run a campaign: quantize, serve, evaluate, compare, gate, log to MLflow, write the report."""
-    from . import campaign
+    from .pipeline import campaign
 
     _run_or_finish(config, no_mlflow, lambda cfg, settings, **kw: campaign.run(
         cfg, settings, max_seconds=None if max_minutes is None else max_minutes * 60, only=only or None, **kw))
@@ -109,7 +109,7 @@ def finish(config: Path = typer.Argument(..., help="the campaign YAML of an inte
            ) -> None:
     """Verdict and report from what an interrupted run stored, serving nothing. Variants it did not
     finish are NOT_EVALUATED (never PASS); `qeval run` with the same file still resumes it."""
-    from . import campaign
+    from .pipeline import campaign
 
     _run_or_finish(config, no_mlflow, campaign.finish)
 
@@ -152,7 +152,7 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
 @app.command()
 def validate(config: Path) -> None:
     """Check a campaign file (and the suites it names) without running anything."""
-    from .campaign import plan
+    from .pipeline.plan import plan
     from .config import load_config
     from .settings import Settings
 
@@ -176,9 +176,9 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
                                                                       "(default: each gate rule's planning_flip_rate)"),
              as_json: bool = typer.Option(False, "--json")) -> None:
     """Before running: each suite's n, the smallest drop it can detect, and whether that meets the margin."""
-    from .campaign import plan
+    from .pipeline.plan import plan
     from .config import load_config
-    from .planning import as_json as plans_json, plan_power
+    from .pipeline.power import as_json as plans_json, plan_power
     from .settings import Settings
 
     settings = Settings.from_env()

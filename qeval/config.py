@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_validator)
 
 from .errors import ConfigError
+from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 
 
 class Strict(BaseModel):
@@ -372,6 +373,7 @@ class CampaignConfig(Strict):
     probe: ProbeSpec = ProbeSpec()
     grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
+    executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
     # config hash is taken over, so that a checkout in another folder is the same campaign
     _written: dict[str, Any] | None = PrivateAttr(default=None)
@@ -453,6 +455,7 @@ class CampaignConfig(Strict):
     def config_hash(self) -> str:
         # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
         data = dict(self._written) if self._written is not None else self.model_dump(mode="json", exclude={"mlflow"})
+        data.pop("executor", None)  # where the variants ran changes no result
         if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
             data.pop("grid", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

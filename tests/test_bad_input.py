@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qeval.campaign import plan
+from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.settings import Settings

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from qeval import campaign
-from qeval.campaign import Campaign, plan
+from qeval.pipeline import campaign
+from qeval.pipeline.campaign import Campaign
+from qeval.pipeline.judge import summarize
+from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
 from qeval.record import RunRecord, VariantResult
@@ -81,7 +83,7 @@ def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None, re
                     continue
                 res.status, res.error = "partial", "cut while being evaluated; run the same command again"
             else:
-                res.suites = camp.summarize(store, key, p)
+                res.suites = summarize(store, key, p)
             record.variants.append(res)
         if written_at is not None:  # the store's rows for w4 predate this run
             store._db.execute("UPDATE records SET created_at=? WHERE variant='w4'", (written_at,))

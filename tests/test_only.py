@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from qeval import campaign
-from qeval.campaign import Campaign, plan
+from qeval.pipeline import campaign
+from qeval.pipeline.campaign import Campaign
+from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.hashing import tree_hash

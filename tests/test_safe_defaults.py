@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qeval.campaign import _engine_spec
+from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import ConfigError, LmEvalSuiteRef, load_config
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings

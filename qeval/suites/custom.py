@@ -84,6 +84,15 @@ class CustomSuite:
         return {s.name: indicator(where) if one and getattr(s, "binary", False) else continuous(True, where)
                 for s in self.scorers}
 
+    def __reduce__(self):
+        # scorers are closures over their specs: a suite travels (pickled) as its specs, rebuilt where it lands
+        return (_rebuilt, (self.descriptor, self.items, self.key, self.source))
+
+
+def _rebuilt(descriptor: SuiteDescriptor, items: list[Item], key: str, source: Path | None) -> CustomSuite:
+    return CustomSuite(descriptor=descriptor, items=items, scorers=[build_scorer(s) for s in descriptor.scorers],
+                       key=key, source=source)
+
 
 def load_items(path: Path) -> list[Item]:
     file = str(path)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from qeval.campaign import Campaign, _engine_spec
+from qeval.pipeline import Campaign
+from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import CampaignConfig, ConfigError, load_config
 from qeval.engines.gpu import engine_gpu_memory
 from qeval.engines.vllm import VllmEngine, parse_kv_cache, parse_model_memory
@@ -65,10 +66,11 @@ def test_vllm_gpu_argv_and_env(tmp_path, monkeypatch):
 def test_fp8_online_serves_the_base_under_its_own_key(tmp_path):
     cfg = _cfg(tmp_path)
     c = Campaign(cfg, Settings(cache=tmp_path))
-    from qeval.record import VariantResult
+    from qeval.pipeline.variant import make_checkpoint
+    from qeval.progress import PlainReporter
 
     fp8 = cfg.variants[0]
-    assert c.checkpoint_for(fp8, tmp_path, VariantResult(name="fp8", method="fp8-online", role="variant")) == tmp_path
+    assert make_checkpoint(c.plan_of(fp8), tmp_path, PlainReporter()) == (tmp_path, {})
     # same checkpoint, different outputs: the engine's quantization is part of the variant's key
     assert c.variant_key(fp8, "h") != c.variant_key(cfg.baseline, "h")
 

@@ -189,7 +189,8 @@ def test_tgi_engine_checks_the_endpoint_and_reads_its_version(tmp_path):
 
 
 def test_campaign_compares_a_tgi_variant_on_kl_only(tmp_path):
-    from qeval.campaign import Campaign, Plan
+    from qeval.pipeline.judge import distribution
+    from qeval.pipeline.plan import Plan
     from qeval.config import CampaignConfig
     from qeval.record import RunRecord, VariantResult
     from qeval.store import ResultsStore
@@ -209,9 +210,8 @@ def test_campaign_compares_a_tgi_variant_on_kl_only(tmp_path):
                                                    VariantResult(name="q", method="external", role="variant")])
     with ResultsStore(tmp_path / "results.sqlite") as store:
         store.put("kq", "lp", "q", suite.suite, cand)
-        out = Campaign(cfg, Settings(cache=tmp_path)).distribution(record, store, {"lp": base}, "q", "kq",
-                                                                  Plan(custom=[], lmeval=[], base_checkpoint=tmp_path,
-                                                                       logprobs=[suite]))
+        out = distribution(cfg, record, store, {"lp": base}, "q", "kq",
+                           Plan(custom=[], lmeval=[], base_checkpoint=tmp_path, logprobs=[suite]))
     assert [c.metric for c in out] == ["kl"]  # no top-1 agreement from actual-token-only records
     d = record.variants[1].distribution["logprobs/c"]
     assert d["kl_mean"] > 0 and d["top1_agreement"] is None and "TGI" in d["method"]

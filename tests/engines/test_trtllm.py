@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qeval.campaign import _engine_spec, plan
+from qeval.pipeline.plan import engine_spec as _engine_spec, plan
 from qeval.config import ConfigError, load_config
 from qeval.engines.trtllm import TrtllmEngine
 from qeval.errors import MissingEnvError, QuantizeError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from qeval.campaign import run
+from qeval.pipeline.campaign import run
 from qeval.config import load_config
 from qeval.record import RunRecord
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from qeval.campaign import Campaign
+from qeval.pipeline import Campaign
 from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec, load_config
 from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
@@ -135,7 +135,7 @@ def test_a_grid_alone_is_enough_to_measure_and_its_absence_keeps_old_hashes():
     cfg = CampaignConfig.model_validate(_cfg(variants=["int8"]) | {"suites": [], "probe": {}})
     assert cfg.grid.rows() == 2
     plain = CampaignConfig.model_validate({k: v for k, v in _cfg().items() if k != "grid"})
-    old = plain.model_dump(mode="json", exclude={"mlflow"})  # where results are logged is not part of it
+    old = plain.model_dump(mode="json", exclude={"mlflow", "executor"})  # where results are logged or variants run is not part of it
     old.pop("grid")
     assert plain.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from qeval.campaign import Campaign, plan
+from qeval.pipeline.campaign import Campaign
+from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
 from qeval.record import RunRecord, VariantResult

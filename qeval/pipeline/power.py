@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .campaign import Plan
-from .config import CampaignConfig, GateRule
-from .gates import rule_for
-from .stats import clustered, design_effect, mde, n_required, n_required_clustered
-from .stats.power import BINARY_PLANNING_VAR
+from .plan import Plan
+from ..config import CampaignConfig, GateRule
+from ..gates import rule_for
+from ..stats import clustered, design_effect, mde, n_required, n_required_clustered
+from ..stats.power import BINARY_PLANNING_VAR
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,220 @@
+"""The plan step: a campaign file becomes validated suites and one frozen, picklable VariantPlan per variant.
+
+Everything a variant's run needs travels in its plan; nothing in it points into another variant or the run record.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, NamedTuple
+
+from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GridSpec, ProbeSpec, VariantSpec
+from ..engines import serve_dtypes
+from ..errors import ConfigError, MissingEnvError
+from ..hardware import DtypeChoice, choose_dtype
+from ..hashing import stable_hash
+from ..metrics import MetricSpec
+from ..settings import Settings
+from ..suites.custom import CustomSuite, load_suite
+from ..suites.lmeval import LmEvalTask, resolve_tasks
+from ..suites.logprobs import LogprobsSuite, load_logprobs_suite
+
+UNQUANTIZED = ("bf16", "fp16", "fp8-online")  # served from the base checkpoint as it is
+
+
+class SuiteKey(NamedTuple):
+    suite: str  # "custom/<name>", "lm_eval/<task>", "logprobs/<name>"
+    key: str  # the store's key for it
+    primary: str | None  # the metric its gate reads (None: the first)
+    metrics: Mapping[str, MetricSpec]  # what each metric is, as the suite declares it
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a campaign evaluates, resolved and validated before any engine starts: the same for every variant."""
+
+    custom: list[CustomSuite]
+    lmeval: list[tuple[object, list[LmEvalTask]]]  # (LmEvalSuiteRef, tasks)
+    base_checkpoint: Path
+    logprobs: list[LogprobsSuite] = field(default_factory=list)
+    concurrency: dict[str, int] = field(default_factory=dict)  # per custom suite key
+
+    def suite_keys(self) -> list[SuiteKey]:
+        return ([SuiteKey(f"custom/{s.name}", s.key, s.primary, s.metrics()) for s in self.custom]
+                + [SuiteKey(f"lm_eval/{t.name}", t.key, None, t.metrics) for _, ts in self.lmeval for t in ts]
+                + [SuiteKey(s.suite, s.key, "nll", s.metrics()) for s in self.logprobs])
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    """One variant's unit of work: what to make, how to serve it, what to run against it.
+
+    Paths into the run (logs, probe, grid, lm-eval's work) are relative to the workspace the executor
+    gives `run_variant`; the base checkpoint and the quantized-variant cache are the machine's own."""
+
+    variant: VariantSpec
+    role: str  # "baseline" | "variant"
+    engine: EngineSpec  # effective: the campaign's, the variant's override, the campaign's dtype
+    engine_kind: str  # what build_engine starts: an endpoint someone else runs is external (or tgi)
+    dtype: DtypeChoice | None  # None: an external endpoint serves in its own
+    suites: Plan
+    probe: ProbeSpec | None  # None: no latency probe
+    grid: GridSpec | None  # None: no grid rows for this variant
+    cell_probe: ProbeSpec | None  # the grid cells' probe settings
+    slo: dict[str, float]
+    seed: int
+    settings: Settings
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def external(self) -> bool:
+        return self.variant.method == "external"
+
+    @property
+    def logs(self) -> Path:  # relative to the workspace
+        return Path("logs")
+
+    def key(self, checkpoint_hash: str | None) -> str:
+        return variant_key(self.variant, self.engine, self.settings, checkpoint_hash)
+
+    def probe_path(self, vkey: str) -> Path:  # relative to the workspace
+        assert self.probe is not None
+        return Path("probe") / f"{stable_hash([vkey, self.probe.key()])}.json"
+
+
+def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -> EngineSpec:
+    """The variant's engine settings; `dtype` is the model's, resolved for this machine (campaign_dtype)."""
+    update = dict(v.engine)
+    if dtype is not None:
+        update["dtype"] = dtype
+    if cfg.model.trust_remote_code:  # the model's own opt-in, passed to whatever loads it
+        update["trust_remote_code"] = True
+    if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
+        update.setdefault("quantization", "fp8")
+    return EngineSpec.model_validate({**cfg.engine.model_dump(), **update}) if update else cfg.engine
+
+
+def engine_kind(v: VariantSpec, spec: EngineSpec) -> str:
+    # an endpoint someone else runs is `external`, or `tgi` where the engine settings say TGI serves it
+    return ("tgi" if spec.kind == "tgi" else "external") if v.method == "external" else spec.kind
+
+
+def runtime_for(settings: Settings, kind: str):
+    """The installed runtime an engine kind runs in (its name is part of every key it serves under)."""
+    return {"trtllm": settings.trtllm}.get(kind, settings.vllm)
+
+
+def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint_hash: str | None) -> str:
+    if v.method == "external":
+        return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
+    # settings that change outputs are part of the key; ports, timeouts and the like are not
+    key = {"checkpoint": checkpoint_hash, "dtype": spec.dtype, "engine": spec.kind,
+           "env": runtime_for(settings, spec.kind).name, "max_model_len": spec.max_model_len}
+    # only where set, so that stores written before these knobs existed still resume
+    key |= {k: getattr(spec, k) for k in ("quantization", "max_num_seqs", "max_num_batched_tokens")
+            if getattr(spec, k)}
+    key |= {"device": spec.device} if spec.device != "cpu" else {}
+    return "ckpt:" + stable_hash(key)
+
+
+def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> DtypeChoice:
+    """The dtype every variant is served in (one, so that their scores pair) and quantizers compute in:
+    the model's, `auto` decided by this machine and by what each variant's engine can serve."""
+    served = [v for v in cfg.all_variants() if v.method != "external"]
+    specs = {v.name: engine_spec(cfg, v) for v in served}
+    limits = {v.name: ok for v in served
+              if (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint)) is not None}
+    choice = choose_dtype(cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"}, settings.cpu, limits)
+    bad = sorted(n for n, ok in limits.items() if choice.dtype not in ok)
+    if bad:
+        raise ConfigError(f"{', '.join(bad)}: the engine serves this method in {sorted(limits[bad[0]])} "
+                          f"only, not {choice.dtype}", file=config_file, where="model.dtype")
+    return choice
+
+
+def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
+    if not cfg.model.builtin:
+        return cfg.model.path
+    base = settings.models / cfg.model.builtin
+    if not (base / "config.json").is_file():
+        hint = ("python scripts/make-random-llama.py " + str(base) + " --tokenizer "
+                + str(settings.models / "smollm2-135m-instruct") if cfg.model.builtin == "llama-3-8b-random"
+                else "make setup")
+        raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base), hint)
+    return base
+
+
+def _check_variants(cfg: CampaignConfig, config_file: str) -> None:
+    for v in cfg.all_variants():
+        if v.api_key_env and not os.environ.get(v.api_key_env):
+            raise ConfigError(f"variant {v.name}: environment variable {v.api_key_env} (its API key) is not set",
+                              file=config_file, where=f"variant {v.name}: api_key_env")
+        if engine_spec(cfg, v).kind == "tgi":
+            if v.method != "external":
+                raise ConfigError("qeval starts no TGI server; give a running one as method: external with its "
+                                  "endpoint (and engine: {kind: tgi})", file=config_file,
+                                  where=f"variant {v.name}: engine.kind")
+            if any(s.kind == "lm_eval" for s in cfg.suites):
+                raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
+                                  "logprobs; TGI serves neither (use custom and logprobs suites)", file=config_file,
+                                  where=f"variant {v.name}: engine.kind")
+
+
+def _check_trtllm(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
+    for v in cfg.all_variants():
+        spec = engine_spec(cfg, v)
+        if spec.kind != "trtllm":
+            continue
+        where = f"variant {v.name}: engine.kind"
+        # trtllm-serve's completions return logprobs of generated tokens only: these would be scored wrong
+        wrong = [t.name for _, ts in p.lmeval for t in ts if t.needs_prompt_logprobs] + [s.suite for s in p.logprobs]
+        if wrong:
+            raise ConfigError(f"TensorRT-LLM's server returns no prompt logprobs, so {wrong} cannot be scored "
+                              "against it; keep generate_until tasks and custom suites for this variant",
+                              file=config_file, where=where)
+        too_many = [c for c in cfg.probe.concurrency if spec.max_batch_size and c > spec.max_batch_size]
+        if cfg.probe.enabled and too_many:
+            raise ConfigError(f"probe concurrency {too_many} exceeds the engine's max_batch_size "
+                              f"{spec.max_batch_size}, fixed when the engine was built", file=config_file,
+                              where=f"variant {v.name}: probe.concurrency")
+        if spec.backend == "tensorrt" and v.quantizer != "trtllm" and v.method != "checkpoint":
+            raise ConfigError("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or "
+                              "method: checkpoint with an engine folder", file=config_file, where=where)
+
+
+def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
+    """Resolve and validate every suite and variant before anything starts."""
+    base = base_checkpoint(cfg, settings)
+    _check_variants(cfg, config_file)
+    refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
+    custom = [load_suite(s.path) for s in refs]
+    lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
+    logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
+    p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
+             concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
+    _check_trtllm(cfg, p, config_file)
+    return p
+
+
+def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: DtypeChoice) -> list[VariantPlan]:
+    """One plan per variant, the baseline first."""
+    from ..probe.grid import cell_probe
+
+    grid_names = {v.name for v in cfg.grid_variants()}
+    out = []
+    for v in cfg.all_variants():
+        ext = v.method == "external"
+        spec = engine_spec(cfg, v, dtype.dtype)
+        in_grid = cfg.grid is not None and v.name in grid_names
+        out.append(VariantPlan(
+            variant=v, role="baseline" if v is cfg.baseline else "variant", engine=spec,
+            engine_kind=engine_kind(v, spec), dtype=None if ext else dtype, suites=suites,
+            probe=cfg.probe if cfg.probe.enabled else None, grid=cfg.grid if in_grid else None,
+            cell_probe=cell_probe(cfg.grid, cfg.probe) if in_grid else None, slo=dict(cfg.probe.slo),
+            seed=cfg.seed, settings=settings))
+    return out

@@ -1,0 +1,46 @@
+"""The publish stage: the report from the record, then the record into MLflow (a tracker fault keeps it local)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..progress import PlainReporter, Reporter
+
+if TYPE_CHECKING:
+    from ..config import CampaignConfig
+    from .campaign import CampaignResult
+
+
+def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter | None = None) -> "CampaignResult":
+    """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
+    from ..report import write_all
+    from ..tracking.mlflow import default_tracking_uri, log_record
+
+    log = (reporter or PlainReporter()).log
+    record = result.record
+    paths = write_all(record, result.run_dir)
+    result.report_path = paths["report"]
+    result.extras.update({k: str(v) for k, v in paths.items()})
+    if cfg.mlflow.enabled:
+        uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+        use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
+        register_as = cfg.mlflow.registered_name(cfg.name)
+        try:
+            if use_server:
+                from ..tracking.server import MlflowServer
+
+                with MlflowServer(cfg.output_dir) as url:
+                    log(f"MLflow server up at {url} (store {cfg.output_dir / 'mlflow.db'})")
+                    record.tracking = log_record(record, result.run_dir, url, cfg.mlflow.experiment, register_as)
+                # the server is gone; the same store stays readable directly
+                record.tracking["server_url"] = record.tracking["tracking_uri"]
+                record.tracking["tracking_uri"] = uri
+            else:
+                record.tracking = log_record(record, result.run_dir, uri, cfg.mlflow.experiment, register_as)
+        except Exception as e:  # any tracker fault: the record is safe on disk; `qeval sync` retries
+            record.tracking = {"tracking_uri": uri, "error": f"{type(e).__name__}: {e}"[:500]}
+            log(f"MLflow logging failed ({type(e).__name__}: {e}); the run record is kept in "
+                f"{result.record_path}; run `qeval sync {result.run_dir}` later")
+        record.save(result.record_path)
+    return result

@@ -1,0 +1,329 @@
+"""One variant, start to end: quantize -> serve -> suites -> probe -> grid, as a unit of work that can travel.
+
+`run_variant` reads only its plan and its own keys in the sink, writes records only through the sink and
+files only under its workspace, and returns a frozen outcome; the driver merges outcomes into the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..engines import build_engine
+from ..engines.process import INTERRUPT_GRACE_S
+from ..errors import EngineError, MissingEnvError, QuantizeError
+from ..hashing import stable_hash, tree_hash
+from ..progress import Reporter
+from ..quantize import quantizer_for
+from ..quantize.base import DEFAULT_QUANTIZER
+from ..store import Record
+from .plan import UNQUANTIZED, VariantPlan, variant_key
+from .sink import RecordSink
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """What one variant's run found. Paths are relative to its workspace, except the checkpoint (the machine's)."""
+
+    name: str
+    status: str  # "ok" | "error" | "skipped" | "partial" (begun, not finished: the notice to the sink)
+    error: str | None = None
+    key: str = ""
+    evaluated: bool = False  # False: the store held everything, nothing was served
+    checkpoint: str | None = None
+    checkpoint_hash: str | None = None
+    weights_bytes: int | None = None
+    recipe: dict[str, Any] = field(default_factory=dict)
+    quantize_seconds: float | None = None  # None: the checkpoint was there already
+    dtype: str | None = None
+    dtype_reason: str | None = None
+    engine: str = ""
+    engine_version: str = ""
+    startup_seconds: float | None = None
+    restarts: int = 0
+    engine_rss_bytes: int | None = None
+    engine_gpu_bytes: int | None = None
+    model_memory_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    eval_seconds: float | None = None
+    probe_path: str | None = None  # the stored latency probe, where there is one
+    grid: dict[str, Any] | None = None
+
+    def facts(self) -> dict[str, Any]:
+        """The fields a VariantResult keeps of it."""
+        skip = {"evaluated", "probe_path"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+
+
+def _weights_bytes(ckpt: Path | None) -> int | None:
+    if ckpt is None or not ckpt.is_dir():
+        return None
+    return sum(p.stat().st_size for p in ckpt.glob("*.safetensors")) or None
+
+
+@contextmanager
+def _stopping(engine) -> Iterator[None]:
+    try:
+        yield
+    except EngineError as e:
+        if getattr(engine, "hung", None):  # the watchdog found it hung and ended it: say so, not the suite's symptom
+            raise EngineError(engine.hung, variant=engine.name) from e
+        e.engine_alive = engine.health()  # judged before the stop below: a restart only helps a dead engine
+        raise
+    except KeyboardInterrupt:
+        engine.stop(INTERRUPT_GRACE_S)  # Ctrl-C / SIGTERM: someone is waiting, so a short grace
+        raise
+    finally:
+        engine.stop()
+
+
+class _Run:
+    """The state of one variant's run; only `run_variant` makes one."""
+
+    def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter):
+        self.plan, self.ws, self.sink, self.reporter = plan, workspace, sink, reporter
+        self.v, self.log = plan.variant, reporter.log
+        self.logs = workspace / plan.logs
+        self.facts: dict[str, Any] = {}
+
+    def checkpoint(self) -> Path | None:
+        ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
+        self.facts.update(made)
+        return ckpt
+
+    # -- what is left to do -----------------------------------------------------------------
+    def grid_rows(self, checkpoint_hash: str | None) -> list:
+        """The variant's grid rows. A row is stored under the key of the variant served with its setting
+        (and the cells' probe settings), so a resumed run, or another campaign, skips what is done."""
+        p = self.plan
+        return grid_rows(p, checkpoint_hash, self.ws)
+
+    def todo(self, vkey: str, rows: list) -> bool:
+        p = self.plan
+        probe_missing = p.probe is not None and not (self.ws / p.probe_path(vkey)).exists()
+        grid_missing = any(r.on_server and not r.path.exists() for r in rows)  # they need the evaluation's server
+        return probe_missing or grid_missing or any(not self.sink.is_complete(vkey, k.key)
+                                                    for k in p.suites.suite_keys())
+
+    # -- serving and evaluating -------------------------------------------------------------
+    def evaluate(self, ckpt: Path | None, vkey: str, rows: list) -> None:
+        """Serve the variant and run what the store lacks. If the engine dies or stops answering
+        mid-suite, it is restarted (at most engine.max_restarts times) and the suites resume from the
+        last stored record; past the bound the EngineError stands and every record so far is kept."""
+        p, v = self.plan, self.v
+        engine = build_engine(p.engine_kind, v, ckpt, p.engine, p.settings, self.logs)
+        self.facts["restarts"] = 0
+        for attempt in range(p.engine.max_restarts + 1):
+            try:
+                self._serve_and_evaluate(engine, vkey, rows)
+                return
+            except EngineError as e:
+                if attempt == p.engine.max_restarts or p.external:  # not ours to restart
+                    raise
+                if getattr(e, "engine_alive", False):  # it still answered: the fault is elsewhere (an lm-eval crash)
+                    raise
+                self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
+                         f"{p.engine.max_restarts}, resuming from the store")
+                self.facts["restarts"] += 1
+
+    def _itemwise(self, vkey: str, suite: str, key: str, total: int,
+                  run: Callable[[set[str], Callable[[list[Record]], None]], int], note: str = "") -> None:
+        """Run one per-item suite: skip what is stored, store each record as it arrives, mark it done."""
+        if self.sink.is_complete(vkey, key):
+            return
+        done = self.sink.done_ids(vkey, key)
+        with self.reporter.step(f"[{self.v.name}] {suite}{note}", total=total) as advance:
+            advance(len(done))
+
+            def put(recs: list[Record]) -> None:
+                self.sink.put(vkey, key, self.v.name, suite, recs)
+                advance(len(recs))
+
+            run(done, put)
+        self.sink.mark_complete(vkey, key, total)
+
+    def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
+        from ..suites.custom import run_custom
+        from ..suites.lmeval import run_lmeval
+        from ..suites.logprobs import run_logprobs
+
+        p, v, s = self.plan, self.v, self.plan.suites
+        t0 = time.monotonic()
+        with self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
+            endpoint = engine.start()
+        with _stopping(engine):
+            self.facts["startup_seconds"] = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
+            self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
+            self.log(f"[{v.name}] engine up in {self.facts['startup_seconds']:.0f} s at {endpoint.base_url}")
+            t_eval = time.monotonic()
+            timeout = p.engine.request_timeout_s
+            for suite in s.custom:
+                self._itemwise(vkey, f"custom/{suite.name}", suite.key, len(suite.items),
+                               lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
+                                                                     concurrency=s.concurrency.get(c.key, 8)))
+            for lp in s.logprobs:
+                self._itemwise(vkey, lp.suite, lp.key, len(lp.chunks),
+                               lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout),
+                               note=" (prompt logprobs)")
+            for ref, tasks in s.lmeval:
+                todo = [t for t in tasks if not self.sink.is_complete(vkey, t.key)]
+                if not todo:
+                    continue
+
+                def task_sink(t, recs: list[Record]) -> None:
+                    self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
+                    self.sink.mark_complete(vkey, t.key, len(recs))
+
+                with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
+                    run_lmeval(ref, todo, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
+                               task_sink, self.logs / f"lmeval-{v.name}.log")
+            self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
+            mem = engine.memory()
+            self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
+                              model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
+                              kv_cache_tokens=mem.kv_cache_tokens)
+            if p.probe is not None and not (self.ws / p.probe_path(vkey)).exists():
+                self.probe(endpoint, vkey)
+            for row in rows:
+                if row.on_server and not row.path.exists():
+                    self.grid_row(row, engine, endpoint)
+
+    # -- latency ----------------------------------------------------------------------------
+    def probe(self, endpoint, vkey: str) -> None:
+        """Latency sweep on the server that was just evaluated; written atomically, so a crash redoes it whole."""
+        import pandas as pd
+
+        from ..probe.latency import run_probe
+
+        spec = self.plan.probe
+        with self.reporter.step(f"[{self.v.name}] latency probe (concurrency {spec.concurrency})",
+                                total=len(spec.concurrency) + len(spec.rates)) as advance:
+            res = run_probe(spec, endpoint, seed=self.plan.seed, on_step=lambda s: advance(1))
+        path = self.ws / self.plan.probe_path(vkey)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(res.requests).to_parquet(path.with_suffix(".parquet"))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res.to_json()))
+        tmp.replace(path)
+
+    def grid_row(self, row, engine, endpoint=None) -> None:
+        """One row's cells: on `endpoint` (the evaluation's server), else on a server of its own."""
+        from ..probe.grid_run import run_row, save_row, serve_row
+
+        probe = self.plan.cell_probe
+        where = "" if endpoint else f"; its own server (log {engine.log_path})"
+        with self.reporter.step(f"[{self.v.name}] grid {row.label} x concurrency {probe.concurrency}{where}",
+                                total=len(probe.concurrency)) as advance:
+            if endpoint is not None:
+                data = run_row(row, probe, endpoint, engine, self.plan.seed, on_cell=lambda c: advance(1))
+            else:
+                data = serve_row(row, probe, engine, self.plan.seed, on_cell=lambda c: advance(1))
+        save_row(row.path, data)
+
+    def grid(self, ckpt: Path | None, rows: list) -> dict[str, Any] | None:
+        """The rows the evaluation's server did not have, one engine start each (after that server has
+        stopped); then the whole grid. A row whose engine fails is reported, not fatal."""
+        from ..probe.grid import assemble, metric_segment
+        from ..probe.grid_run import load_rows
+
+        if not rows:
+            return None
+        errors: dict[str, str] = {}
+        for row in rows:
+            if row.path.exists():
+                continue
+            if row.on_server:  # it ran with the evaluation, unless that stopped early
+                errors[row.label] = "not run: the evaluation's server stopped before it"
+                continue
+            engine = build_engine(row.spec.kind, self.v, ckpt, row.spec, self.plan.settings,
+                                  self.logs / "grid" / metric_segment(row.label))
+            try:
+                self.grid_row(row, engine)
+            except EngineError as e:
+                errors[row.label] = str(e).splitlines()[0]
+                self.log(f"[{self.v.name}] grid row {row.label} has no cells: {errors[row.label]}")
+        return assemble(self.plan.grid, self.plan.slo, load_rows(rows), errors)
+
+
+def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> tuple[Path | None, dict[str, Any]]:
+    """The checkpoint the variant is served from (quantized into the machine's cache, unless it is there
+    already), and what making it recorded: the recipe, and the seconds it took where it was made now."""
+    v, facts = plan.variant, {}
+    # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
+    if v.method == "external" or v.checkpoint is not None:
+        return v.checkpoint, facts
+    base = plan.suites.base_checkpoint
+    if v.method in UNQUANTIZED:
+        return base, facts
+    name = v.quantizer or DEFAULT_QUANTIZER[v.method]
+    s = plan.settings
+    runtime = {"llmcompressor": s.llmc, "modelopt": s.modelopt, "trtllm": s.trtllm}[name]
+    q = quantizer_for(v.method, name, runtime=runtime, engine=plan.engine, dtype=plan.dtype.quantize_dtype)
+    out = s.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
+    facts["recipe"] = q.spec(base, v)
+    if (out / "config.json").is_file():
+        return out, facts
+    log = workspace / plan.logs / f"quantize-{v.name}.log"
+    t0 = time.monotonic()
+    with reporter.step(f"[{v.name}] quantizing ({v.method}, {q.name}; log {log})"):
+        ckpt = q.quantize(base, v, out, log)
+    facts["quantize_seconds"] = round(time.monotonic() - t0, 1)
+    return ckpt, facts
+
+
+def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -> list:
+    """The variant's grid rows, each with the engine setting it needs and where its cells are kept."""
+    from ..config import EngineSpec
+    from ..probe.grid import GridRow
+    from ..probe.grid import settings as grid_settings
+
+    if plan.grid is None:
+        return []
+    cells = plan.cell_probe.model_dump(mode="json", exclude={"slo"})  # SLOs change no cell
+    rows = []
+    for setting in grid_settings(plan.grid.engine):
+        # validated as the campaign's engine is, so the key reads the setting as the engine will
+        served = EngineSpec.model_validate({**plan.engine.model_dump(), **setting})
+        key = variant_key(plan.variant, served, plan.settings, checkpoint_hash)
+        row_spec = plan.engine.model_copy(update=setting)
+        rows.append(GridRow(setting=setting, spec=row_spec, on_server=row_spec == plan.engine,
+                            path=workspace / "grid" / f"{stable_hash([key, cells])}.json"))
+    return rows
+
+
+def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter) -> VariantOutcome:
+    """Make, serve and evaluate one variant; its faults are its outcome (status "error"), never raised.
+    An interrupt (KeyboardInterrupt) stops its engines and goes on up: the driver records what finished."""
+    r = _Run(plan, workspace, sink, reporter)
+    v = plan.variant
+    try:
+        ckpt = r.checkpoint()
+        chash = tree_hash(ckpt) if ckpt and not plan.external else None
+        vkey = plan.key(chash)
+        r.facts.update(key=vkey, checkpoint=str(ckpt) if ckpt else None, checkpoint_hash=chash,
+                       weights_bytes=None if plan.external else _weights_bytes(ckpt))
+        if plan.dtype is not None:  # an endpoint someone else runs serves in its own dtype
+            r.facts.update(dtype=plan.dtype.dtype, dtype_reason=plan.dtype.reason)
+        rows = r.grid_rows(chash)
+        evaluated = r.todo(vkey, rows)
+        if evaluated:
+            # the driver puts it on the record before it starts: a run cut here leaves it as partial, with
+            # the key under which `qeval finish` finds the suites it stored
+            sink.begin(VariantOutcome(name=v.name, status="partial", **r.facts,
+                                      error="cut while being evaluated; run the same command again"))
+            r.evaluate(ckpt, vkey, rows)
+        else:
+            reporter.log(f"[{v.name}] every suite already in the store: nothing to run")
+        probe = plan.probe_path(vkey) if plan.probe is not None else None
+        grid = r.grid(ckpt, rows)
+        return VariantOutcome(name=v.name, status="ok", evaluated=evaluated, grid=grid,
+                              probe_path=str(probe) if probe and (workspace / probe).exists() else None, **r.facts)
+    except (EngineError, QuantizeError, MissingEnvError) as e:
+        reporter.log(f"[{v.name}] NOT EVALUATED: {e}")
+        return VariantOutcome(name=v.name, status="error", error=str(e), **r.facts)
