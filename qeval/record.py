@@ -51,6 +51,7 @@ class VariantResult(_Model):
     kv_cache_bytes: int | None = None  # as the engine reports it
     kv_cache_tokens: int | None = None
     eval_seconds: float | None = None
+    reused: dict[str, int] = {}  # per suite, records another campaign stored under the same keys: not served again
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []

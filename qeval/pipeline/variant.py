@@ -53,6 +53,7 @@ class VariantOutcome:
     kv_cache_tokens: int | None = None
     eval_seconds: float | None = None
     probe_path: str | None = None  # the stored latency probe, where there is one
+    reused: dict[str, int] = field(default_factory=dict)  # per suite, records another campaign stored
     grid: dict[str, Any] | None = None
 
     def facts(self) -> dict[str, Any]:
@@ -91,6 +92,7 @@ class _Run:
         self.v, self.log = plan.variant, reporter.log
         self.logs = workspace / plan.logs
         self.facts: dict[str, Any] = {}
+        self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
         ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
@@ -106,6 +108,11 @@ class _Run:
 
     def todo(self, vkey: str, rows: list) -> bool:
         p = self.plan
+        for k in p.suites.suite_keys():  # whole suites another campaign stored under the same keys
+            if not self.sink.is_complete(vkey, k.key) and (n := self.sink.reuse(vkey, k.key, self.v.name, k.suite)):
+                self.reused[k.suite] = n
+                self.log(f"[{self.v.name}] {k.suite}: {n} records reused from the shared store (same checkpoint, "
+                         "engine, dtype and suite): not served again")
         probe_missing = p.probe is not None and not (self.ws / p.probe_path(vkey)).exists()
         grid_missing = any(r.on_server and not r.path.exists() for r in rows)  # they need the evaluation's server
         return probe_missing or grid_missing or any(not self.sink.is_complete(vkey, k.key)
@@ -322,7 +329,7 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
             reporter.log(f"[{v.name}] every suite already in the store: nothing to run")
         probe = plan.probe_path(vkey) if plan.probe is not None else None
         grid = r.grid(ckpt, rows)
-        return VariantOutcome(name=v.name, status="ok", evaluated=evaluated, grid=grid,
+        return VariantOutcome(name=v.name, status="ok", evaluated=evaluated, grid=grid, reused=r.reused,
                               probe_path=str(probe) if probe and (workspace / probe).exists() else None, **r.facts)
     except (EngineError, QuantizeError, MissingEnvError) as e:
         reporter.log(f"[{v.name}] NOT EVALUATED: {e}")
