@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.pipeline import Campaign
+from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, load_config
 from qeval.engines.vllm import VllmEngine
 from qeval.errors import ConfigError

@@ -2,14 +2,15 @@
 
 The lines below are verbatim from vLLM 0.26.0 on the H200 (results/gpu-2026-11-30/*/logs)."""
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from qeval.pipeline import Campaign
+from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import CampaignConfig, ConfigError, load_config
-from qeval.engines.gpu import engine_gpu_memory
+from qeval.engines.gpu import GpuMemory, engine_gpu_memory
 from qeval.engines.vllm import VllmEngine, parse_kv_cache, parse_model_memory
 from qeval.settings import Runtime, Settings
 
@@ -92,9 +93,39 @@ def test_gpu_config_errors(tmp_path, bad, says):
     assert says in str(e.value) and str(f) in str(e.value)
 
 
-def test_no_nvml_no_figure():
-    # on this CPU machine either pynvml is absent or it finds no driver: no figure, never an error
-    assert engine_gpu_memory({1}).bytes is None or engine_gpu_memory({1}).source in ("processes", "device")
+def _nvml(monkeypatch, devices=None, init_fails=False):
+    """A stand-in for pynvml (no GPU here): `devices` is [(used, total, {pid: bytes})] per GPU."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        if init_fails:
+            raise NVMLError("no driver")
+
+    mod = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=init, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(devices or []), nvmlDeviceGetHandleByIndex=lambda i: devices[i],
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=h[0], total=h[1]),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=b)
+                                                        for p, b in h[2].items()])
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+
+
+def test_no_nvml_no_figure(monkeypatch):
+    if not Path("/dev/nvidia0").exists():  # this machine has no GPU: whatever pynvml does, no figure
+        assert engine_gpu_memory({1}) == GpuMemory(None)
+    _nvml(monkeypatch, init_fails=True)
+    assert engine_gpu_memory({1}) == GpuMemory(None)  # a driver missing is no figure, never an error
+    _nvml(monkeypatch, [(7, 100, {1: 3, 2: 4}), (5, 100, {9: 5})])
+    assert engine_gpu_memory({1, 2}) == GpuMemory(7, "processes", 200)  # our PIDs only, over every GPU
+    # PIDs of another namespace (a container): the whole devices' use, said to be so
+    assert engine_gpu_memory({42}) == GpuMemory(12, "device", 200)
+    _nvml(monkeypatch, [(0, 100, {})])
+    assert engine_gpu_memory({42}) == GpuMemory(None, None, 100)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert engine_gpu_memory({1}) == GpuMemory(None)
 
 
 @pytest.mark.parametrize("name", ["gpu-smollm2.yaml", "gpu-llama8b.yaml"])

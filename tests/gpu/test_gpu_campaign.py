@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.pipeline import Campaign
+from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig
 from qeval.settings import Settings
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.pipeline import Campaign
+from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, EngineSpec, RecipeSpec, VariantSpec
 from qeval.hashing import tree_hash
 from qeval.quantize import quantizer_for

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from qeval.pipeline import Campaign
+from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec, load_config
 from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
