@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from .config import GatePolicy, GateRule
+from .policy import GatePolicy, GateRule
 from .record import Comparison, GateResult, GateVerdict
 from .stats import decide
 from .stats.exact import noninferiority_exact

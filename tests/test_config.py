@@ -117,3 +117,52 @@ def test_a_probe_field_added_later_keys_stored_probes_only_where_set():
     assert Later(enabled=True, concurrency=[1, 4]).key() == base.key() == base.model_dump(mode="json")
     assert Later(enabled=True, concurrency=[1, 4], new_knob=4).key() == {**base.key(), "new_knob": 4}
     assert ProbeSpec(enabled=True, concurrency=[1, 8]).key() != base.key()
+
+
+@pytest.mark.parametrize("engine, old_hash", [
+    ("", "80011d8bc0e58cd5"),
+    ("engine: {kind: trtllm, device: gpu, backend: tensorrt, max_batch_size: 8}\n", "1ea03594e963cf45"),
+])
+def test_a_campaign_keeps_the_hash_it_had_when_one_model_held_every_engine_kind(tmp_path, engine, old_hash):
+    # the hashes qeval gave these files before each engine kind had a model of its own: their runs still resume
+    (tmp_path / "capitals.yaml").write_text((ROOT / "suites/custom/capitals.yaml").read_text())
+    text = GOOD.replace(f"{ROOT}/suites/custom/capitals.yaml", "capitals.yaml")
+    if engine:
+        text = text.replace("{name: q, method: gptq}", "{name: q, method: fp8, quantizer: trtllm}") + engine
+    assert load_config(write(tmp_path, text)).config_hash() == old_hash
+
+
+def test_an_unknown_key_anywhere_names_the_closest_key_and_its_line(tmp_path):
+    p = write(tmp_path, GOOD.replace("{name: q, method: gptq}", "{name: q, method: gptq, recipe: {group_sise: 32}}"))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value) == f"{p}:line 5: variants.0.recipe.group_sise: unknown key (did you mean 'group_size'?)"
+
+
+def test_an_error_in_a_variants_engine_override_keeps_its_line(tmp_path):
+    p = write(tmp_path, GOOD.replace("  - {name: q, method: gptq}",
+                                     "  - name: q\n    method: gptq\n    engine:\n      max_model_len: x"))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value) == (f"{p}:line 8: variants.0.engine.max_model_len: Input should be a valid integer, unable "
+                            "to parse string as an integer")
+
+
+def test_a_validators_message_has_no_pydantic_prefix(tmp_path):
+    p = write(tmp_path, GOOD.replace("{name: base, method: bf16}", "{name: base, method: external}"))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value) == (f"{p}:line 3: baseline: method 'external' needs `endpoint` (e.g. "
+                            "http://127.0.0.1:8000/v1)")
+
+
+def test_each_engine_kind_has_its_own_settings_and_a_variant_of_another_kind_leaves_the_rest(tmp_path):
+    p = write(tmp_path, GOOD.replace("  - {name: q, method: gptq}", "  - {name: q, method: fp8, engine: {kind: trtllm}}")
+              + "engine: {device: gpu, kv_cache_gib: 4, max_model_len: 1024}\n")
+    cfg = load_config(p)
+    from qeval.engines.spec import TrtllmSpec, VllmSpec, merged
+
+    assert type(cfg.engine) is VllmSpec and cfg.engine.kv_cache_gib == 4
+    trt = merged(cfg.engine, cfg.variants[0].engine)
+    assert type(trt) is TrtllmSpec and trt.max_model_len == 1024 and trt.device == "gpu"
+    assert "kv_cache_gib" not in trt.model_dump() and "backend" not in cfg.engine.model_dump()

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ..registry import Registry
 
 if TYPE_CHECKING:
-    from ..config import EngineSpec, VariantSpec
     from ..settings import Settings
+    from .spec import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,15 @@ class EngineMemory:
     model_bytes: int | None = None  # the weights as loaded on the device, as the engine reports it
 
 
+class ServedVariant(Protocol):
+    """What an engine reads of the variant it serves (a campaign's VariantSpec is one)."""
+
+    name: str
+    endpoint: str | None  # an external endpoint's URL
+    served_model: str | None  # the model name that endpoint expects
+    api_key_env: str | None  # the NAME of a variable holding its key
+
+
 @runtime_checkable
 class Engine(Protocol):
     name: str
@@ -76,6 +85,6 @@ def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = 
     return declared(method, device, checkpoint) if declared else None
 
 
-def build_engine(kind: str, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+def build_engine(kind: str, variant: ServedVariant, checkpoint: Path | None, spec: "EngineSpec",
                  settings: "Settings", log_dir: Path) -> Engine:
     return ENGINES.get(kind)(variant=variant, checkpoint=checkpoint, spec=spec, settings=settings, log_dir=log_dir)

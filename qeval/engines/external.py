@@ -9,18 +9,19 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import ConfigError, EngineError
-from .base import ENGINES, Endpoint, EngineMemory, bearer_headers
+from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, bearer_headers
+from .spec import EngineSpec, ExternalSpec
 
 if TYPE_CHECKING:
-    from ..config import EngineSpec, VariantSpec
     from ..settings import Settings
 
 
 @ENGINES.register("external")
 class ExternalEngine:
     kind = "external"  # what the Endpoint says served it (a subclass names its server)
+    Spec = ExternalSpec
 
-    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+    def __init__(self, *, variant: ServedVariant, checkpoint: Path | None, spec: EngineSpec,
                  settings: "Settings", log_dir: Path):
         self.name = variant.name
         self.base_url = variant.endpoint.rstrip("/")

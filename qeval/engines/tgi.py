@@ -19,6 +19,7 @@ import httpx
 from ..errors import EngineError
 from .base import ENGINES
 from .external import ExternalEngine
+from .spec import TgiSpec
 
 
 def server_root(base_url: str) -> str:
@@ -29,6 +30,7 @@ def server_root(base_url: str) -> str:
 @ENGINES.register("tgi")
 class TgiEngine(ExternalEngine):
     kind = "tgi"
+    Spec = TgiSpec
 
     def _version(self) -> str:
         # TGI has no /version; /info names its version (and the model it serves)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import MissingEnvError
 from .base import ENGINES
+from .spec import TrtllmSpec
 from .vllm import VllmEngine
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ _SERVE = "from tensorrt_llm.commands.serve import main; main()"
 @ENGINES.register("trtllm")
 class TrtllmEngine(VllmEngine):
     kind = "trtllm"
+    Spec = TrtllmSpec  # type: ignore[assignment]
     prompt_logprobs = False
 
     @staticmethod

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..config import QUANTIZED
 from ..errors import EngineError, MissingEnvError
-from .base import ENGINES, Endpoint, EngineMemory
+from ..quantize.spec import QUANTIZED
+from .base import ENGINES, Endpoint, EngineMemory, ServedVariant
 from .gpu import engine_gpu_memory
 from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
+from .spec import VllmSpec
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..config import EngineSpec, VariantSpec
     from ..settings import Runtime, Settings
 
 
@@ -55,9 +55,10 @@ def _has_quantization_config(checkpoint: Path | None) -> bool:
 @ENGINES.register("vllm")
 class VllmEngine:
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
+    Spec = VllmSpec
     prompt_logprobs = True
 
-    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+    def __init__(self, *, variant: ServedVariant, checkpoint: Path | None, spec: VllmSpec,
                  settings: "Settings", log_dir: Path, runtime: "Runtime | None" = None):
         if checkpoint is None:
             raise EngineError("the vllm engine needs a checkpoint folder", variant=variant.name)

@@ -12,6 +12,7 @@ from typing import Mapping, NamedTuple
 
 from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
+from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import stable_hash
@@ -96,7 +97,7 @@ def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -
         update["trust_remote_code"] = True
     if v.method == "fp8-online":  # the engine quantizes the base checkpoint as it loads it
         update.setdefault("quantization", "fp8")
-    return EngineSpec.model_validate({**cfg.engine.model_dump(), **update}) if update else cfg.engine
+    return merged(cfg.engine, update) if update else cfg.engine
 
 
 def engine_kind(v: VariantSpec, spec: EngineSpec) -> str:

@@ -286,7 +286,7 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
 
 def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -> list:
     """The variant's grid rows, each with the engine setting it needs and where its cells are kept."""
-    from ..config import EngineSpec
+    from ..engines.spec import merged
     from ..probe.grid import GridRow
     from ..probe.grid import settings as grid_settings
 
@@ -296,7 +296,7 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
     rows = []
     for setting in grid_settings(plan.grid.engine):
         # validated as the campaign's engine is, so the key reads the setting as the engine will
-        served = EngineSpec.model_validate({**plan.engine.model_dump(), **setting})
+        served = merged(plan.engine, setting)
         key = variant_key(plan.variant, served, plan.settings, checkpoint_hash)
         row_spec = plan.engine.model_copy(update=setting)
         rows.append(GridRow(setting=setting, spec=row_spec, on_server=row_spec == plan.engine,

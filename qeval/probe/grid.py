@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import EngineSpec, GridEngineSpec, GridSpec, ProbeSpec
+from ..engines.spec import EngineSpec
+from .spec import GridEngineSpec, GridSpec, ProbeSpec
 from .latency import StepSummary
 
 SHORT = {"max_num_seqs": "mns", "max_num_batched_tokens": "mnbt", "gpu_memory_utilization": "gmu"}

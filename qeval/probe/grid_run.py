@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import ProbeSpec
+from .spec import ProbeSpec
 from ..engines import Endpoint
 from ..engines.process import stop_grace
 from ..errors import EngineError

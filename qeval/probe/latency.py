@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
-from ..config import ProbeSpec
+from .spec import ProbeSpec
 from ..engines import Endpoint
 from .analysis import Step, dist, max_load_within_slo, saturation_point
 from .client import RequestResult, StepRun, random_prompt, run_concurrency, run_rate

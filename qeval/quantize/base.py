@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 from ..registry import Registry
+from .spec import RecipeSpec
 
-if TYPE_CHECKING:
-    from ..config import VariantSpec
+
+class QuantizeTarget(Protocol):
+    """What a quantizer reads of the variant it makes (a campaign's VariantSpec is one)."""
+
+    name: str
+    method: str
+    recipe: RecipeSpec
 
 
 class Quantizer(Protocol):
     name: str
 
-    def cache_key(self, base: Path, variant: "VariantSpec") -> str: ...
+    def cache_key(self, base: Path, variant: QuantizeTarget) -> str: ...
 
-    def quantize(self, base: Path, variant: "VariantSpec", out: Path, log: Path,
+    def quantize(self, base: Path, variant: QuantizeTarget, out: Path, log: Path,
                  progress: Callable[[str], None] | None = None) -> Path: ...
 
 

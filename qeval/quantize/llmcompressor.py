@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .base import QUANTIZERS
+from .base import QUANTIZERS, QuantizeTarget
 from .worker import WORKERS, WorkerQuantizer
-
-if TYPE_CHECKING:
-    from ..config import VariantSpec
 
 
 @QUANTIZERS.register("llmcompressor")
@@ -17,8 +13,9 @@ class LlmCompressor(WorkerQuantizer):
     name = "llmcompressor"
     worker = WORKERS / "quantize_llmc.py"
     version = "0.14.0.1"
+    methods = frozenset({"gptq", "awq", "rtn", "int8", "fp8"})
 
-    def spec(self, base: Path, variant: "VariantSpec") -> dict:
+    def spec(self, base: Path, variant: QuantizeTarget) -> dict:
         r = variant.recipe
         return {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
                 "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,

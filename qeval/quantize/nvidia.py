@@ -10,14 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..engines.spec import TrtllmSpec
 from ..errors import QuantizeError
-from .base import QUANTIZERS
+from .base import QUANTIZERS, QuantizeTarget
 from .worker import WORKERS, WorkerQuantizer
-
-if TYPE_CHECKING:
-    from ..config import VariantSpec
 
 
 def gpu_architecture() -> str:
@@ -38,9 +35,10 @@ class ModelOpt(WorkerQuantizer):
     name = "modelopt"
     worker = WORKERS / "quantize_modelopt.py"
     version = "0.47.0"
+    methods = frozenset({"fp8"})
     install_hint = "pip install nvidia-modelopt==0.47.0 into a Python with torch and transformers, then set QEVAL_MODELOPT_PYTHON"
 
-    def spec(self, base: Path, variant: "VariantSpec") -> dict:
+    def spec(self, base: Path, variant: QuantizeTarget) -> dict:
         if variant.method != "fp8":
             raise QuantizeError(f"variant {variant.name!r}: quantizer modelopt makes fp8 only, not {variant.method!r}")
         r = variant.recipe
@@ -54,14 +52,15 @@ class TrtllmBuild(WorkerQuantizer):
     name = "tensorrt-llm"
     worker = WORKERS / "build_trtllm.py"
     version = "1.2.1"
+    methods = frozenset({"fp8"})
     done_file = "qeval-build.json"
     install_hint = "install tensorrt-llm from NVIDIA's index (pypi.nvidia.com), then set QEVAL_TRTLLM_PYTHON"
 
-    def spec(self, base: Path, variant: "VariantSpec") -> dict:
+    def spec(self, base: Path, variant: QuantizeTarget) -> dict:
         if variant.method != "fp8":
             raise QuantizeError(f"variant {variant.name!r}: the trtllm builder makes fp8 only, not {variant.method!r}")
         e = self.engine
-        if e is None or e.max_batch_size is None:
+        if not isinstance(e, TrtllmSpec) or e.max_batch_size is None:
             raise QuantizeError(f"variant {variant.name!r}: a TensorRT engine fixes max_batch_size at build time; "
                                 "give engine.max_batch_size")
         r = variant.recipe

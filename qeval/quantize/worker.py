@@ -18,8 +18,9 @@ from ..hashing import stable_hash, tree_hash
 from .calibration import calibration_texts
 
 if TYPE_CHECKING:
-    from ..config import EngineSpec, VariantSpec
+    from ..engines.spec import EngineSpec
     from ..settings import Runtime
+    from .base import QuantizeTarget
 
 WORKERS = Path(__file__).resolve().parent.parent / "workers"
 
@@ -40,6 +41,7 @@ class WorkerQuantizer:
     name: str
     worker: Path
     version: str
+    methods: frozenset[str]  # the methods it makes
     done_file = "config.json"  # what a finished output folder always holds
     install_hint = "make setup"
 
@@ -47,18 +49,18 @@ class WorkerQuantizer:
         # dtype: what the tool computes in (the campaign's choice: float32 on a CPU without native bf16)
         self.runtime, self.engine, self.dtype = runtime, engine, dtype
 
-    def spec(self, base: Path, variant: "VariantSpec") -> dict:
+    def spec(self, base: Path, variant: "QuantizeTarget") -> dict:
         raise NotImplementedError
 
     def cache_extra(self) -> dict:
         """What else decides the output besides base, recipe, tool and worker (e.g. the GPU it is built for)."""
         return {}
 
-    def cache_key(self, base: Path, variant: "VariantSpec") -> str:
+    def cache_key(self, base: Path, variant: "QuantizeTarget") -> str:
         return stable_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": self.version,
                             "worker": stable_hash(self.worker.read_text()), **self.cache_extra()})
 
-    def quantize(self, base: Path, variant: "VariantSpec", out: Path, log: Path,
+    def quantize(self, base: Path, variant: "QuantizeTarget", out: Path, log: Path,
                  progress: Callable[[str], None] | None = None) -> Path:
         _clear_abandoned(out)  # what a killed run left, also when another run has since finished the variant
         if (out / self.done_file).is_file():

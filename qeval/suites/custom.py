@@ -10,15 +10,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 
-from ..config import GenerationSpec, Name, ScorerSpec, Strict, parse_model, read_yaml
 from ..engines import Endpoint
 from ..errors import ConfigError, EngineError
 from ..hashing import file_hash, stable_hash
 from ..metrics import MetricSpec, continuous, indicator
+from ..specs import Name, Strict, error_message, keys_at, parse_model, read_yaml, unknown_key
 from ..store import Record
 from .scorers import Scorer, build_scorer
+from .spec import GenerationSpec, ScorerSpec
 
 MAX_LINE_BYTES = 1 << 20  # a 1 MiB item is a mistake, not a prompt
 
@@ -28,7 +29,7 @@ class SuiteDescriptor(Strict):
     description: str = ""
     items: Path
     generation: GenerationSpec = GenerationSpec()
-    scorers: list[ScorerSpec] = Field(min_length=1)
+    scorers: list[SerializeAsAny[ScorerSpec]] = Field(min_length=1)
     primary: str | None = None  # the scorer the gate reads; default: the first
 
     @model_validator(mode="after")
@@ -123,7 +124,8 @@ def load_items(path: Path) -> list[Item]:
         except ValidationError as e:
             err = e.errors()[0]
             key = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            msg = unknown_key(err["loc"][-1], keys_at(Item, data, tuple(err["loc"][:-1]))) \
+                if err["type"] == "extra_forbidden" else error_message(err)
             raise ConfigError(msg, file=file, where=f"{where}: {key}" if key else where) from None
         if item.id in seen:
             raise ConfigError(f"duplicate id {item.id!r} (first on line {seen[item.id]})", file=file, where=where)
@@ -159,10 +161,11 @@ def load_suite(path: Path) -> CustomSuite:
     items_path = _beside(path, desc.items, "items")
     if not items_path.is_file():
         raise ConfigError(f"items file {items_path} does not exist", file=str(path), where="items")
-    key_parts = {"descriptor": desc.model_dump(mode="json", exclude=_unset_later_fields(desc))}
+    key_parts = {"descriptor": desc.model_dump(mode="json", exclude=_unset_later_fields(desc))
+                 | {"scorers": [s.key() for s in desc.scorers]}}
     specs = []
     for i, spec in enumerate(desc.scorers):
-        if spec.schema_file is not None:  # relative to the descriptor; its content is part of the key
+        if getattr(spec, "schema_file", None) is not None:  # relative to the descriptor; its content is keyed
             f = _beside(path, spec.schema_file, f"scorers.{i}.schema_file")
             if not f.is_file():
                 raise ConfigError(f"schema_file {f} does not exist", file=str(path), where=f"scorers.{i}.schema_file")
@@ -181,10 +184,8 @@ def load_suite(path: Path) -> CustomSuite:
 
 def _unset_later_fields(desc: SuiteDescriptor) -> dict[str, Any]:
     # fields added after suites were first stored stay out of the key while unset: stored results keep their key
-    later = ("schema_", "schema_file", "callable", "binary")
-    return {"items": True,
-            "generation": {"samples"} if desc.generation.samples == 1 else set(),
-            "scorers": {i: {f for f in later if getattr(s, f) is None} for i, s in enumerate(desc.scorers)}}
+    # (a scorer's: ScorerSpec.key)
+    return {"items": True, "generation": {"samples"} if desc.generation.samples == 1 else set()}
 
 
 def sample_seeds(item_id: str, samples: int) -> list[int]:

@@ -16,7 +16,6 @@ from typing import Callable
 
 import yaml
 
-from ..config import LmEvalSuiteRef
 from ..engines import Endpoint
 from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
@@ -24,6 +23,7 @@ from ..hashing import file_hash, stable_hash
 from ..metrics import MetricSpec
 from ..settings import Runtime
 from ..store import Record
+from .spec import LmEvalSuiteRef
 
 DATA_PLACEHOLDER = "{qeval_data}"
 

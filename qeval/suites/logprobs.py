@@ -18,7 +18,6 @@ from typing import Callable
 import httpx
 import numpy as np
 
-from ..config import LogprobsSuiteRef
 from ..engines import Endpoint, tgi
 from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
@@ -26,6 +25,7 @@ from ..metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..stats.distribution import PositionStats, compare_positions
 from ..store import Record
+from .spec import LogprobsSuiteRef
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ import yaml
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
-from ..config import ScorerSpec
 from ..errors import ConfigError
 from ..registry import Registry
+from .spec import (JsonSchemaScorerSpec, NumericScorerSpec, PythonScorerSpec, RegexScorerSpec,
+                   ScorerSpec)
 
 
 class Scorer(Protocol):
@@ -28,6 +29,16 @@ class Scorer(Protocol):
 
 
 SCORERS = Registry("scorer", entry_point_group="qeval.scorers")
+
+
+def takes(spec: type[ScorerSpec]) -> Callable[[Any], Any]:
+    """The model a scorer kind's settings are written in, found by the registry as the factory's `Spec`."""
+
+    def deco(factory: Any) -> Any:
+        factory.Spec = spec
+        return factory
+
+    return deco
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
@@ -70,16 +81,19 @@ class _Simple:
 
 
 @SCORERS.register("exact")
+@takes(ScorerSpec)
 def _exact(spec: ScorerSpec) -> Scorer:
     return _Simple(spec.name or "exact", lambda resp, ref: resp.strip() == ref.strip())
 
 
 @SCORERS.register("normalized")
+@takes(ScorerSpec)
 def _normalized(spec: ScorerSpec) -> Scorer:
     return _Simple(spec.name or "normalized", lambda resp, ref: normalize(resp) == normalize(ref))
 
 
 @SCORERS.register("contains")
+@takes(ScorerSpec)
 def _contains(spec: ScorerSpec) -> Scorer:
     # whole words only: "Rome" must not match "Romero"
     def fn(resp: str, ref: str) -> bool:
@@ -89,7 +103,8 @@ def _contains(spec: ScorerSpec) -> Scorer:
 
 
 @SCORERS.register("regex")
-def _regex(spec: ScorerSpec) -> Scorer:
+@takes(RegexScorerSpec)
+def _regex(spec: RegexScorerSpec) -> Scorer:
     """The pattern's first group (or whole match) must equal the reference, after normalization."""
     if not spec.pattern:
         raise ConfigError("scorer 'regex' needs `pattern`")
@@ -106,7 +121,8 @@ def _regex(spec: ScorerSpec) -> Scorer:
 
 
 @SCORERS.register("numeric")
-def _numeric(spec: ScorerSpec) -> Scorer:
+@takes(NumericScorerSpec)
+def _numeric(spec: NumericScorerSpec) -> Scorer:
     """The response's last (or first) number is within `tolerance` (relative) of the reference.
 
     Last by default: models often restate the question ("4 + 9 = 13") before the answer."""
@@ -191,6 +207,7 @@ class _Json:
 
 
 @SCORERS.register("json_valid")
+@takes(ScorerSpec)
 def _json_valid(spec: ScorerSpec) -> Scorer:
     """1 when the response holds one JSON value (see `extract_json` for exactly what counts), else 0."""
     return _Json(spec.name or "json_valid", lambda value: True)
@@ -208,7 +225,8 @@ def _read_schema(name: str, path: Path) -> Any:
 
 
 @SCORERS.register("json_schema")
-def _json_schema(spec: ScorerSpec) -> Scorer:
+@takes(JsonSchemaScorerSpec)
+def _json_schema(spec: JsonSchemaScorerSpec) -> Scorer:
     """1 when the response holds one JSON value (as `json_valid`) that validates against the JSON Schema in
     `schema` (inline) or `schema_file`; the schema's `$schema` picks the draft (default: the latest)."""
     name = spec.name or "json_schema"
@@ -236,7 +254,8 @@ class _Python:
 
 
 @SCORERS.register("python")
-def _python(spec: ScorerSpec) -> Scorer:
+@takes(PythonScorerSpec)
+def _python(spec: PythonScorerSpec) -> Scorer:
     """`callable: "package.module:function"`, imported when the suite loads; called as (response, reference)."""
     name, target = spec.name or "python", spec.callable
     module_name, _, attr = (target or "").partition(":")

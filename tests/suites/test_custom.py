@@ -55,7 +55,7 @@ def test_descriptor_errors(tmp_path):
     (tmp_path / "items.jsonl").write_text(OK + "\n")
     d = tmp_path / "s.yaml"
     d.write_text("name: s\nitems: items.jsonl\nscorers: [{kind: exakt}]\n")
-    with pytest.raises(ConfigError, match=r"s.yaml:scorers: unknown scorer 'exakt'. Did you mean 'exact'\?"):
+    with pytest.raises(ConfigError, match=r"s.yaml:line 3: scorers.0.kind: unknown scorer 'exakt'. Did you mean 'exact'\?"):
         load_suite(d)
     d.write_text("name: s\nitems: items.jsonl\nscorer: [{kind: exact}]\n")
     with pytest.raises(ConfigError, match=r"line 3: scorer: unknown key"):
@@ -84,3 +84,16 @@ def test_helpers():
     assert normalize("  The  Quick, brown fox! ") == "quick brown fox"
     assert first_number("no number") is None
     assert first_number("x = -2.5e3") == -2500.0
+
+
+def test_a_scorer_takes_its_own_kinds_settings_only(tmp_path):
+    (tmp_path / "items.jsonl").write_text(OK + "\n")
+    d = tmp_path / "s.yaml"
+    d.write_text("name: s\nitems: items.jsonl\nscorers:\n  - kind: numeric\n    tolerance: 0.01\n    pattern: x\n")
+    with pytest.raises(ConfigError) as e:
+        load_suite(d)
+    assert str(e.value) == f"{d}:line 6: scorers.0.pattern: unknown key"
+    d.write_text("name: s\nitems: items.jsonl\nscorers:\n  - kind: numeric\n    tolerence: 0.01\n")
+    with pytest.raises(ConfigError) as e:
+        load_suite(d)
+    assert str(e.value) == f"{d}:line 5: scorers.0.tolerence: unknown key (did you mean 'tolerance'?)"

