@@ -152,12 +152,13 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
 @app.command()
 def validate(config: Path) -> None:
     """Check a campaign file (and the suites it names) without running anything."""
-    from .pipeline.plan import plan
     from .config import load_config
     from .settings import Settings
 
     try:
         cfg = load_config(config)
+        from .pipeline.plan import plan  # after the file is read: its errors do not wait for the suites' libraries
+
         p = plan(cfg, Settings.from_env(), str(config))
     except QevalError as e:
         _fail(e)

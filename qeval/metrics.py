@@ -8,10 +8,12 @@ differences are not 0/1 data, and a name is not a declaration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import QevalError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -20,8 +22,10 @@ class MetricSpec:
     higher_is_better: bool | None  # None: the definition does not say (a gate rule must give `direction`)
     source: str = ""  # where it was declared, for error messages and the report
 
-    def check(self, suite: str, metric: str, *arrays: np.ndarray) -> None:
+    def check(self, suite: str, metric: str, *arrays: "np.ndarray") -> None:
         """A metric declared 0/1 whose scores are not is a wrong declaration: an error, not a silent switch."""
+        import numpy as np  # here, not at import: a config error must not wait for numpy
+
         if self.binary and any(np.any((a != 0) & (a != 1)) for a in arrays):
             raise QevalError(f"suite {suite}: metric {metric!r} is declared 0/1 ({self.source}) but has scores "
                              "other than 0 and 1")

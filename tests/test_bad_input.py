@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from qeval.pipeline.plan import plan
 from qeval.config import load_config
-from qeval.errors import ConfigError
+from qeval.errors import ConfigError, MissingEnvError
 from qeval.settings import Settings
 from qeval.suites.custom import load_items
 
@@ -286,3 +286,15 @@ def test_fuzz_items_parser_only_raises_config_errors(tmp_path, lines):
         assert len({i.id for i in got}) == len(got)
     except ConfigError as e:
         assert "fuzz.jsonl" in str(e)
+
+
+def test_a_bad_suite_is_bad_input_even_where_make_setup_never_ran(tmp_path):
+    # the embedded model is missing from this cache (exit 3), but the suite is wrong whatever the machine (exit 2)
+    w = workspace(tmp_path)
+    cfg(lambda d: d.update(model={"builtin": "smollm2-135m-instruct"}))(w)
+    suite(lambda d: d.update(scorers=[{"kind": "exact", "pattern": "x"}]))(w)
+    with pytest.raises(ConfigError, match="s.yaml"):
+        plan(load_config(w["config"]), Settings(cache=tmp_path / "empty"), str(w["config"]))
+    suite(lambda d: d.update(scorers=[{"kind": "exact"}]))(w)
+    with pytest.raises(MissingEnvError, match="smollm2-135m-instruct"):
+        plan(load_config(w["config"]), Settings(cache=tmp_path / "empty"), str(w["config"]))

@@ -189,13 +189,14 @@ def _check_trtllm(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
 
 
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
-    """Resolve and validate every suite and variant before anything starts."""
-    base = base_checkpoint(cfg, settings)
+    """Resolve and validate every suite and variant before anything starts: what the files say first (exit 2),
+    then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
     _check_variants(cfg, config_file)
     refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     custom = [load_suite(s.path) for s in refs]
-    lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
+    lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
+    base = base_checkpoint(cfg, settings)
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
     _check_trtllm(cfg, p, config_file)

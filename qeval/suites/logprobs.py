@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import httpx
 import numpy as np
@@ -23,9 +23,11 @@ from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
 from ..metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
-from ..stats.distribution import PositionStats, compare_positions
 from ..store import Record
 from .spec import LogprobsSuiteRef
+
+if TYPE_CHECKING:
+    from ..stats.distribution import PositionStats
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class ChunkComparison:
     ids: list[str]
     kl: np.ndarray  # per chunk: mean per-token KL(base || variant), top-k approximation
     top1: np.ndarray  # per chunk: share of positions where the top tokens agree
-    positions: list[PositionStats]
+    positions: list["PositionStats"]
     mismatched: list[str]  # chunks whose token sequences differ between the two (excluded)
     # False when a side served no alternatives (TGI): KL is then over {actual token, the rest}, a looser
     # lower bound, and top-1 agreement and delta-p are not measured (`top1` means nothing)
@@ -152,6 +154,7 @@ def _actual_only(r: Record) -> list[dict[str, float]]:
 
 
 def compare_chunks(base: list[Record], cand: list[Record]) -> ChunkComparison:
+    from ..stats.distribution import compare_positions  # scipy: only when comparing
     b = {r.item_id: r for r in base}
     c = {r.item_id: r for r in cand}
     alternatives = all(r.extra.get("alternatives", True) for r in (*base, *cand))
