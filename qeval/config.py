@@ -52,7 +52,7 @@ class ModelSpec(Strict):
 
 
 class EngineSpec(Strict):
-    kind: Literal["vllm", "tgi", "trtllm"] = "vllm"  # tgi: a running TGI endpoint (method external), not started by qeval
+    kind: Literal["vllm", "tgi", "trtllm", "fake"] = "vllm"  # tgi: a running TGI endpoint (method external), not started by qeval
     host: str = "127.0.0.1"  # loopback unless the config says otherwise
     startup_timeout_s: float = Field(900, gt=0)
     request_timeout_s: float = Field(300, gt=0)

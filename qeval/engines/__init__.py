@@ -2,7 +2,7 @@
 
 from .base import Endpoint, Engine, EngineMemory, build_engine, serve_dtypes
 from .capabilities import Capabilities, MetricNames, PromptLogprobsRoute
-from . import external, tgi, trtllm, vllm  # noqa: F401,E402  (registers the built-ins: an uninstalled checkout has no entry points)
+from . import external, fake, tgi, trtllm, vllm  # noqa: F401,E402  (registers the built-ins: an uninstalled checkout has no entry points)
 
 __all__ = ["Capabilities", "Endpoint", "Engine", "EngineMemory", "MetricNames", "PromptLogprobsRoute", "build_engine",
            "serve_dtypes"]
