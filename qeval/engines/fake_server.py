@@ -336,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         pass
     finally:
+        print(f"fake: stopped after answering {server.faults.answered} requests", flush=True)
         server.server_close()
 
 
