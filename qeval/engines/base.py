@@ -61,7 +61,8 @@ class EngineMemory:
 class Engine(Protocol):
     """Every engine's lifecycle. `build_engine` constructs it with keyword arguments only (see __init__);
     nothing runs until `start()`, and `stop()` (or leaving the `with` block) ends whatever start began.
-    After a fault the same object is started again (a restart): `start()` after `stop()` must work."""
+    After a fault the same object is started again (a restart): `start()` after `stop()` must work.
+    Optional: a static `serve_dtypes(method, device, checkpoint)` (see serve_dtypes below)."""
 
     kind: ClassVar[str]  # its registry name, and what its Endpoint says served it
     capabilities: ClassVar[Capabilities]
