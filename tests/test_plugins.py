@@ -75,5 +75,5 @@ def test_a_plugin_kind_misspelled_is_found_with_its_file_and_line(plugin, tmp_pa
 
 def test_without_the_plugin_its_kind_is_unknown(tmp_path):
     f = workspace(tmp_path, {"kind": "echo"}, {"kind": "exact"})
-    with pytest.raises(ConfigError, match=r"line 12: engine.kind: unknown engine 'echo'.* Known: external, tgi"):
+    with pytest.raises(ConfigError, match=r"line 12: engine.kind: unknown engine 'echo'.* Known: external, fake, tgi"):
         load_config(f)

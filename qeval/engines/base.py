@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from ..registry import Registry
+from .capabilities import Capabilities, MetricNames
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -25,13 +26,22 @@ class Endpoint:
     info: dict[str, str] = field(default_factory=dict)
     # read from the environment at start; never printed (repr=False), logged or recorded
     api_key: str | None = field(default=None, repr=False)
-    # False where /v1/completions cannot return the prompt's own logprobs (echo + logprobs): loglikelihood
-    # tasks and distribution probes would be scored wrong there, so they are refused, never run
-    prompt_logprobs: bool = True
+    # what the engine serving it can do (engines pass their own); None: the registered `engine` kind's
+    capabilities: Capabilities = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.capabilities is None:  # an Endpoint built by hand (a test, a notebook) names its engine kind
+            object.__setattr__(self, "capabilities", getattr(ENGINES.get(self.engine), "capabilities", Capabilities()))
 
     @property
     def headers(self) -> dict[str, str]:
         return bearer_headers(self.api_key)
+
+    @property
+    def prompt_logprobs(self) -> bool:
+        """False where the engine cannot return the prompt's own logprobs: loglikelihood tasks and
+        distribution probes would be scored wrong there, so they are refused, never run."""
+        return self.capabilities.prompt_logprobs is not None
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:
@@ -58,16 +68,39 @@ class ServedVariant(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    name: str
+    """Every engine's lifecycle. `build_engine` constructs it with keyword arguments only (see __init__);
+    nothing runs until `start()`, and `stop()` (or leaving the `with` block) ends whatever start began.
+    After a fault the same object is started again (a restart): `start()` after `stop()` must work.
+    Optional: a static `serve_dtypes(method, device, checkpoint)` (see serve_dtypes below)."""
 
-    def start(self) -> Endpoint: ...
+    kind: ClassVar[str]  # its registry name, and what its Endpoint says served it
+    capabilities: ClassVar[Capabilities]
+    name: str  # the variant's name
+    log_path: Path | None  # its server's log (None: no server of qeval's)
+    startup_seconds: float | None  # the last start, spawn to healthy (None: not measured)
 
-    def health(self) -> bool: ...
+    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+                 settings: "Settings", log_dir: Path) -> None: ...
 
-    def memory(self) -> EngineMemory: ...
+    def start(self) -> Endpoint:
+        """Returns once the server answers; any failure (or Ctrl-C) on the way stops what it started."""
+        ...
+
+    def health(self) -> bool:
+        """Answers now (False once stopped, dead, or found hung)."""
+        ...
+
+    def memory(self) -> EngineMemory:
+        """What it uses, as far as it can tell (capabilities.memory names the fields it fills)."""
+        ...
 
     def stop(self, grace_s: float | None = None) -> None:
-        """End the server: SIGTERM, then SIGKILL after grace_s (None: the engine's own grace)."""
+        """End the server: SIGTERM, then SIGKILL after grace_s (None: the engine's own grace). Idempotent."""
+        ...
+
+    @property
+    def hung(self) -> str | None:
+        """Why its watchdog judged the server hung (and ended it) in the last start, or None."""
         ...
 
     def __enter__(self) -> Endpoint: ...
@@ -83,6 +116,16 @@ def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = 
     it (None: any)."""
     declared = getattr(ENGINES.get(kind), "serve_dtypes", None)
     return declared(method, device, checkpoint) if declared else None
+
+
+def known_metric_names() -> tuple[MetricNames, ...]:
+    """Every registered engine's /metrics name tables, each once: what a server of unknown kind may follow."""
+    out: list[MetricNames] = []
+    for kind in ENGINES.names():
+        for table in getattr(ENGINES.get(kind), "capabilities", Capabilities()).metrics or ():
+            if table not in out:
+                out.append(table)
+    return tuple(out)
 
 
 def build_engine(kind: str, variant: ServedVariant, checkpoint: Path | None, spec: "EngineSpec",

@@ -10,6 +10,7 @@ import httpx
 
 from ..errors import ConfigError, EngineError
 from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, bearer_headers
+from .capabilities import ECHO_LOGPROBS, Capabilities
 from .spec import EngineSpec, ExternalSpec
 
 if TYPE_CHECKING:
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 class ExternalEngine:
     kind = "external"  # what the Endpoint says served it (a subclass names its server)
     Spec = ExternalSpec
+    # any OpenAI-compatible server: its /metrics may follow any engine's names qeval knows; memory not ours
+    capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=True, metrics=None, starts_server=False)
+    log_path = None  # nothing of qeval's runs, so no log
+    startup_seconds = None
+    hung = None  # no watchdog: qeval cannot restart it
 
     def __init__(self, *, variant: ServedVariant, checkpoint: Path | None, spec: EngineSpec,
                  settings: "Settings", log_dir: Path):
@@ -48,7 +54,7 @@ class ExternalEngine:
         if model is None or (self.model and self.model not in served):
             raise EngineError(f"endpoint {self.base_url} serves {served}, not {self.model!r}", variant=self.name)
         return Endpoint(base_url=self.base_url, model=model, tokenizer=self.tokenizer, engine=self.kind,
-                        engine_version=self._version(), api_key=self.api_key)
+                        engine_version=self._version(), api_key=self.api_key, capabilities=self.capabilities)
 
     def _version(self) -> str:
         # vLLM's /version; other servers may have none, which is no reason to refuse them

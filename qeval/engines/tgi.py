@@ -17,9 +17,21 @@ from typing import Any
 import httpx
 
 from ..errors import EngineError
-from .base import ENGINES
+from .base import ENGINES, Endpoint
+from .capabilities import Capabilities, MetricNames
 from .external import ExternalEngine
 from .spec import TgiSpec
+
+# names from TGI's docs/source/reference/metrics.md; TGI records no per-request TTFT, prefill or decode time
+METRICS = MetricNames(
+    engine="tgi", label="TGI",
+    means={"queue": ("tgi_request_queue_duration",),
+           # TGI's inference time over generated tokens: unlike vLLM's TPOT, it includes the prefill
+           "tpot": ("tgi_request_mean_time_per_token_duration",),
+           "inference": ("tgi_request_inference_duration",),
+           "e2e": ("tgi_request_duration",)},
+    gauges={"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
+    counters={})
 
 
 def server_root(base_url: str) -> str:
@@ -27,10 +39,26 @@ def server_root(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
+@dataclass(frozen=True)
+class GenerateLogprobs:
+    """Prompt logprobs through TGI's native /generate with `decoder_input_details`: the actual token's only."""
+
+    alternatives: bool = False
+
+    def request(self, endpoint: Endpoint, text: str, k: int) -> tuple[str, dict[str, Any]]:
+        return prompt_logprobs_request(endpoint.base_url, text)
+
+    def parse(self, body: Any) -> dict[str, list]:
+        return parse_prompt_logprobs(body).__dict__
+
+
 @ENGINES.register("tgi")
 class TgiEngine(ExternalEngine):
     kind = "tgi"
     Spec = TgiSpec
+    # its /v1/completions takes text only; qeval starts no TGI server (method external)
+    capabilities = Capabilities(prompt_logprobs=GenerateLogprobs(), token_prompts=False, metrics=(METRICS,),
+                                starts_server=False)
 
     def _version(self) -> str:
         # TGI has no /version; /info names its version (and the model it serves)

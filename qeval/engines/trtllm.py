@@ -5,7 +5,7 @@ Written against TensorRT-LLM's documented CLI (tensorrt_llm/commands/serve.py) a
 NVIDIA's own package index. What differs from vLLM, and what qeval does about it:
 - /v1/completions returns logprobs for generated tokens only (`echo` pastes the prompt text back), so
   prompt logprobs do not exist: loglikelihood tasks and distribution probes are refused for this
-  engine (prompt_logprobs = False), never scored wrong;
+  engine (capabilities.prompt_logprobs is None), never scored wrong;
 - with backend "tensorrt" the model is an engine built for one GPU architecture with max_batch_size,
   max_seq_len and max_num_tokens fixed (quantizer "trtllm" builds and caches it); the probe's
   concurrency may not exceed max_batch_size (checked when the campaign file is read);
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import MissingEnvError
 from .base import ENGINES
+from .capabilities import Capabilities
 from .spec import TrtllmSpec
 from .vllm import VllmEngine
 
@@ -34,7 +35,9 @@ _SERVE = "from tensorrt_llm.commands.serve import main; main()"
 class TrtllmEngine(VllmEngine):
     kind = "trtllm"
     Spec = TrtllmSpec  # type: ignore[assignment]
-    prompt_logprobs = False
+    # no prompt logprobs; /metrics is JSON (no Prometheus names); memory: RSS and NVML
+    capabilities = Capabilities(prompt_logprobs=None, token_prompts=True, metrics=(),
+                                memory=("rss_bytes", "gpu_bytes"))
 
     @staticmethod
     def default_runtime(settings: "Settings") -> "Runtime":

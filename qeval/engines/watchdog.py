@@ -17,6 +17,7 @@ from typing import Callable
 import httpx
 
 from ..probe.server_metrics import parse
+from .capabilities import MetricNames
 
 # a stopped server answers nothing: 3 checks of 10 s each, 5 s apart, find it within a minute; a busy
 # CPU server still answers /health (its HTTP front end is a process apart from the engine core) in well under 10 s
@@ -33,23 +34,30 @@ class Progress:
     running: float
 
 
-def vllm_progress(text: str) -> Progress | None:
-    """vLLM's prompt and generation token counters and its running-requests gauge; None without them."""
-    try:
-        s = parse(text)
-    except ValueError:
-        return None
-    tokens = [s.counters[n] for n in ("vllm:prompt_tokens", "vllm:generation_tokens") if n in s.counters]
-    if not tokens:
-        return None
-    return Progress(tokens=sum(tokens), running=sum(s.gauges.get("vllm:num_requests_running", (0.0,))))
+def progress_reader(names: MetricNames) -> Callable[[str], Progress | None]:
+    """/metrics text -> the engine's token counters (summed) and running-requests gauge, as its table
+    names them; None without those counters."""
+    running = names.gauges.get("running", ())
+
+    def read(text: str) -> Progress | None:
+        try:
+            s = parse(text)
+        except ValueError:
+            return None
+        tokens = [s.counters[n] for n in names.tokens if n in s.counters]
+        if not tokens:
+            return None
+        gauge = next((n for n in running if n in s.gauges), None)
+        return Progress(tokens=sum(tokens), running=sum(s.gauges[gauge]) if gauge else 0.0)
+
+    return read
 
 
 class Watchdog:
     """A daemon thread from `start()` to `stop()`; `reason` says why it judged the engine hung (None: it did not)."""
 
     def __init__(self, base_url: str, on_hung: Callable[[str], None], *, stall_s: float,
-                 progress: Callable[[str], Progress | None] | None = vllm_progress,
+                 progress: Callable[[str], Progress | None] | None = None,
                  interval_s: float = INTERVAL_S, failures: int = FAILURES, health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.base_url, self.on_hung, self.stall_s, self.progress = base_url.rstrip("/"), on_hung, stall_s, progress
         self.interval_s, self.failures, self.health_timeout_s = interval_s, failures, health_timeout_s

@@ -106,8 +106,8 @@ def _vocab_size(endpoint: Endpoint) -> int | None:
 def _prompts(spec: ProbeSpec, endpoint: Endpoint, count: int, seed: int) -> list:
     vocab = _vocab_size(endpoint)
     rng = random.Random(seed)
-    # no tokenizer, or TGI (its /v1/completions takes only text): text prompts, about one token a word
-    if vocab is None or endpoint.engine == "tgi":
+    # no tokenizer, or an engine whose /v1/completions takes only text (TGI): text prompts, about one token a word
+    if vocab is None or not endpoint.capabilities.token_prompts:
         return [" ".join(rng.choice(("the", "model", "serves", "tokens", "fast")) for _ in range(spec.prompt_tokens))
                 for _ in range(count)]
     return [random_prompt(rng, spec.prompt_tokens, vocab) for _ in range(count)]
@@ -133,7 +133,8 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
                                     min(spec.warmup_requests, 4), spec.max_seconds_per_step, headers=endpoint.headers))
 
     def record(kind: str, load: float, start: Callable[[], Coroutine[Any, Any, StepRun]]) -> None:
-        with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s) as scraper:
+        with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s,
+                     tables=endpoint.capabilities.metrics) as scraper:
             run = asyncio.run(start())
         s = summarize(kind, load, run, scraper.view(expected_requests=len(run.results)), spec.goodput_slo)
         steps.append(s)

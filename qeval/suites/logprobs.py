@@ -3,9 +3,10 @@
 Each chunk of text is sent once with `echo` and `logprobs=k` (vLLM returns the prompt's tokens, the
 log-probability of each, and the top-k alternatives at each position). Per chunk a record keeps the
 tokens, their log-probabilities and the top-k; comparisons against the baseline (KL divergence,
-top-1 agreement, delta-p) are computed from the records, after every variant has run. A TGI endpoint
-is asked through its native /generate instead (engines/tgi.py): it lists no alternatives for prompt
-tokens, so its records carry the actual token at each position and say so (`alternatives: False`).
+top-1 agreement, delta-p) are computed from the records, after every variant has run. Each engine
+declares its route to them (`Capabilities.prompt_logprobs`): TGI's is its native /generate
+(engines/tgi.py), which lists no alternatives for prompt tokens, so its records carry the actual token
+at each position and say so (`alternatives: False`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Callable
 import httpx
 import numpy as np
 
-from ..engines import Endpoint, tgi
+from ..engines import Endpoint
+from ..engines.capabilities import PromptLogprobsRoute
 from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
 from ..metrics import MetricSpec, continuous
@@ -79,18 +81,20 @@ def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> Logprob
     return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}")
 
 
+def _route(endpoint: Endpoint) -> PromptLogprobsRoute:
+    route = endpoint.capabilities.prompt_logprobs
+    if route is None:  # the plan refuses such a suite first; this guards a direct call
+        raise ConfigError(f"the {endpoint.engine} engine serves no prompt logprobs: a logprobs suite cannot run on it")
+    return route
+
+
 async def _prompt_logprobs(client: httpx.AsyncClient, endpoint: Endpoint, text: str, k: int) -> dict:
-    """{"tokens", "token_logprobs", "top_logprobs"} of the text as the prompt, from the endpoint's engine."""
-    if endpoint.engine == "tgi":
-        url, payload = tgi.prompt_logprobs_request(endpoint.base_url, text)
-        r = await client.post(url, json=payload)
-        r.raise_for_status()
-        return tgi.parse_prompt_logprobs(r.json()).__dict__
-    payload = {"model": endpoint.model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": k,
-               "temperature": 0.0}
-    r = await client.post("/completions", json=payload)
+    """{"tokens", "token_logprobs", "top_logprobs"} of the text as the prompt, by the engine's own route."""
+    route = _route(endpoint)
+    url, payload = route.request(endpoint, text, k)
+    r = await client.post(url, json=payload)
     r.raise_for_status()
-    return r.json()["choices"][0]["logprobs"]
+    return route.parse(r.json())
 
 
 async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int) -> Record:
@@ -104,7 +108,7 @@ async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: st
             await asyncio.sleep(1)
     else:
         raise EngineError(f"logprobs: chunk {i} failed after {retries + 1} tries: {last}")
-    return chunk_record(i, text, k, lp, alternatives=endpoint.engine != "tgi")
+    return chunk_record(i, text, k, lp, alternatives=_route(endpoint).alternatives)
 
 
 def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True) -> Record:
@@ -113,7 +117,7 @@ def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True)
     scored = [x for x in token_lp[1:] if x is not None]
     nll = float(-np.mean(scored)) if scored else float("nan")
     extra = {"tokens": tokens, "lp": token_lp, "top": [t or {} for t in top], "n": len(scored)}
-    if not alternatives:  # only the actual token at each position (TGI): no top-1 agreement from these
+    if not alternatives:  # only the actual token at each position (TGI's route): no top-1 agreement from these
         extra["alternatives"] = False
     return Record(item_id=f"{i:04d}", scores={"nll": nll}, prompt_hash=stable_hash([text, k]),
                   doc_hash=stable_hash(text), response=None, extra=extra)
@@ -144,7 +148,7 @@ class ChunkComparison:
     top1: np.ndarray  # per chunk: share of positions where the top tokens agree
     positions: list["PositionStats"]
     mismatched: list[str]  # chunks whose token sequences differ between the two (excluded)
-    # False when a side served no alternatives (TGI): KL is then over {actual token, the rest}, a looser
+    # False when a side served no alternatives (TGI's route): KL is then over {actual token, the rest}, a looser
     # lower bound, and top-1 agreement and delta-p are not measured (`top1` means nothing)
     alternatives: bool = True
 

@@ -41,7 +41,7 @@ def test_argv_and_capabilities(tmp_path):
     assert flags["--backend"] == "tensorrt" and flags["--max_batch_size"] == "16"
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123" and flags["--max_seq_len"] == "2048"
     assert eng._env()["PYTHONPATH"] == "/opt/trt/site"
-    assert TrtllmEngine.prompt_logprobs is False and TrtllmEngine.kind == "trtllm"
+    assert TrtllmEngine.capabilities.prompt_logprobs is None and TrtllmEngine.kind == "trtllm"
 
 
 def test_missing_runtime_says_how_to_get_it(tmp_path):

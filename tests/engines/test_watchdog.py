@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from qeval.engines.watchdog import Watchdog, vllm_progress
+from qeval.engines.vllm import vllm_progress
+from qeval.engines.watchdog import Watchdog
 
 
 class FakeServer:
@@ -59,7 +60,8 @@ def fake():
 
 
 def _dog(fake: FakeServer, hung: list[str], stall_s: float = 60) -> Watchdog:
-    return Watchdog(fake.url, hung.append, stall_s=stall_s, interval_s=0.1, failures=3, health_timeout_s=0.3)
+    return Watchdog(fake.url, hung.append, stall_s=stall_s, progress=vllm_progress, interval_s=0.1, failures=3,
+                    health_timeout_s=0.3)
 
 
 def test_a_silent_engine_is_found_hung_within_its_bound(fake):

@@ -10,7 +10,9 @@ import pytest
 
 from qeval.probe.analysis import dist
 from qeval.probe.latency import StepSummary
-from qeval.probe.server_metrics import TGI, VLLM, Scraper, detect, metrics_url, parse, server_view, summarize
+from qeval.engines.tgi import METRICS as TGI
+from qeval.engines.vllm import METRICS as VLLM
+from qeval.probe.server_metrics import Scraper, detect, metrics_url, parse, server_view, summarize
 from tests.loopback import Loopback, text
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -123,7 +125,7 @@ def test_tgi_names_map_onto_the_same_fields():
 
 
 def test_unknown_or_broken_text_gives_an_empty_view_and_a_note():
-    v = server_view("# TYPE foo counter\nfoo_total 1\n", "# TYPE foo counter\nfoo_total 2\n")
+    v = server_view("# TYPE foo counter\nfoo_total 1\n", "# TYPE foo counter\nfoo_total 2\n", tables=(VLLM, TGI))
     assert v.figures == {} and "none of the vLLM or TGI metrics" in v.note
     assert server_view("not {{ prometheus", "at all").note.startswith("/metrics is not Prometheus text")
     assert server_view(None, None, note="no /metrics at x: HTTP 404") == server_view(None, None, note="no /metrics at x: HTTP 404")

@@ -1,0 +1,77 @@
+"""What an engine can serve and how to ask it: declared by each engine, read by suites and the probe.
+
+Suites and the probe never branch on an engine's name; they ask `endpoint.capabilities`: the route to
+a text's prompt log-probabilities (or None), whether /v1/completions takes token ids, which Prometheus
+names on /metrics mean queue time, TTFT, KV-cache usage or running requests, and what memory it reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
+
+if TYPE_CHECKING:
+    from .base import Endpoint
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Where one engine keeps each summary field on its /metrics. Where a field lists several names, the
+    first one the server exposes wins (names changed across versions)."""
+
+    engine: str  # recorded as the server view's `engine`
+    label: str  # how a note names it ("vLLM")
+    means: Mapping[str, tuple[str, ...]]  # field -> histograms in seconds: the step's mean, in ms
+    gauges: Mapping[str, tuple[str, ...]]  # field -> gauges sampled during the step: mean and max
+    counters: Mapping[str, tuple[str, ...]]  # field -> counters: the step's increase
+    # counters whose sum moves whenever the engine makes a token: the watchdog's sign of progress
+    tokens: tuple[str, ...] = ()
+    hint: str = ""  # why a server of this engine may serve none of these names
+
+    def all_names(self) -> set[str]:
+        return {n for table in (self.means, self.gauges, self.counters) for names in table.values() for n in names}
+
+
+class PromptLogprobsRoute(Protocol):
+    """How an engine returns a text's own prompt log-probabilities."""
+
+    # True: each prompt position lists top-k alternatives; False: the actual token's logprob only
+    alternatives: bool
+
+    def request(self, endpoint: "Endpoint", text: str, k: int) -> tuple[str, dict[str, Any]]:
+        """(url, JSON body) of the one POST that asks for them; a url without a scheme is under base_url."""
+        ...
+
+    def parse(self, body: Any) -> dict[str, list]:
+        """The response -> {"tokens", "token_logprobs", "top_logprobs"} (OpenAI's `echo` shape). Raises
+        KeyError / ValueError on a malformed answer (retried), EngineError where retrying cannot help."""
+        ...
+
+
+@dataclass(frozen=True)
+class EchoLogprobs:
+    """OpenAI /v1/completions with `echo` and `logprobs=k`, no tokens generated (vLLM and its imitators)."""
+
+    alternatives: bool = True
+
+    def request(self, endpoint: "Endpoint", text: str, k: int) -> tuple[str, dict[str, Any]]:
+        return "/completions", {"model": endpoint.model, "prompt": text, "max_tokens": 0, "echo": True,
+                                "logprobs": k, "temperature": 0.0}
+
+    def parse(self, body: Any) -> dict[str, list]:
+        return body["choices"][0]["logprobs"]
+
+
+ECHO_LOGPROBS = EchoLogprobs()
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """One engine's declaration; an Endpoint carries its engine's."""
+
+    prompt_logprobs: PromptLogprobsRoute | None = ECHO_LOGPROBS  # None: it serves none (suites needing them are refused)
+    token_prompts: bool = True  # /v1/completions takes a list of token ids as the prompt (else text only)
+    # the name tables its /metrics follows; None: not known (a server someone else runs): any known one
+    metrics: tuple[MetricNames, ...] | None = ()
+    memory: tuple[str, ...] = ()  # the EngineMemory fields its memory() fills; the others stay None
+    starts_server: bool = True  # False: qeval only connects to one that someone else runs (method external)
