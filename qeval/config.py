@@ -197,11 +197,13 @@ class CampaignConfig(Strict):
         if not chosen:
             raise ValueError("grid: no variant that qeval serves itself to run it on")
         engine: EngineSpec = info.data["engine"]
-        other = [v.name for v in chosen if v.engine.get("kind", engine.kind) != "vllm"]
+        varied = {k for k, vals in g.engine.model_dump().items() if vals}  # the settings its rows change
+        other = [v.name for v in chosen
+                 if not varied <= set(known_keys(EngineSpec.model_for(v.engine.get("kind", engine.kind))))]
         device = {v.name: v.engine.get("device", getattr(engine, "device", "cpu")) for v in chosen}
         if other:
-            raise ValueError(f"grid: its settings are vLLM's, and {other} are not served by vLLM; "
-                             "name the vLLM variants in grid.variants")
+            raise ValueError(f"grid: its settings ({', '.join(sorted(varied))}) are not settings of {other}'s "
+                             "engine; name the variants whose engine has them in grid.variants")
         if g.engine.gpu_memory_utilization and any(device[v.name] == "cpu" for v in chosen):
             raise ValueError("grid.engine.gpu_memory_utilization is for device: gpu (on a CPU, vary max_num_seqs or "
                              "max_num_batched_tokens)")

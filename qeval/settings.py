@@ -35,6 +35,19 @@ class Runtime:
     def location(self) -> str:
         return self.pythonpath or str(self.python.parent.parent)
 
+    def version_of(self, dist: str) -> str:
+        """A package's version as installed in this runtime, read from its dist-info folder (starting the
+        interpreter to ask would cost seconds); "" where it is not found."""
+        roots = [Path(p) for p in (self.pythonpath or "").split(os.pathsep) if p]
+        roots += sorted(self.python.parent.parent.glob("lib/python*/site-packages"))
+        want = dist.replace("-", "_").lower()
+        for root in roots:
+            for info in root.glob("*.dist-info"):
+                name, _, ver = info.name[:-len(".dist-info")].partition("-")
+                if name.replace("-", "_").lower() == want:
+                    return ver
+        return ""
+
 
 def _runtime(env: Mapping[str, str], prefix: str, default_name: str, venv: Path | None) -> Runtime | None:
     # QEVAL_<TOOL>_PYTHON / _PYTHONPATH / _NAME replace the venv, e.g. on a machine where the tool was staged

@@ -55,6 +55,7 @@ class GenerateLogprobs:
 @ENGINES.register("tgi")
 class TgiEngine(ExternalEngine):
     kind = "tgi"
+    label = "TGI"
     Spec = TgiSpec
     # its /v1/completions takes text only; qeval starts no TGI server (method external)
     capabilities = Capabilities(prompt_logprobs=GenerateLogprobs(), token_prompts=False, metrics=(METRICS,),

@@ -16,10 +16,10 @@ NVIDIA's own package index. What differs from vLLM, and what qeval does about it
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingEnvError
-from .base import ENGINES
+from .base import ENGINES, ServedVariant
 from .capabilities import Capabilities
 from .spec import TrtllmSpec
 from .vllm import VllmEngine
@@ -39,9 +39,23 @@ class TrtllmEngine(VllmEngine):
     capabilities = Capabilities(prompt_logprobs=None, token_prompts=True, metrics=(),
                                 memory=("rss_bytes", "gpu_bytes"))
 
+    label = "TensorRT-LLM"
+
     @staticmethod
     def default_runtime(settings: "Settings") -> "Runtime":
         return settings.trtllm
+
+    @staticmethod
+    def check_plan(spec: "TrtllmSpec", variant: ServedVariant, probe: Any) -> tuple[str, str] | None:
+        """What a campaign asks that this engine cannot do: (message, where) or None."""
+        too_many = [c for c in probe.concurrency if spec.max_batch_size and c > spec.max_batch_size]
+        if probe.enabled and too_many:
+            return (f"probe concurrency {too_many} exceeds the engine's max_batch_size {spec.max_batch_size}, "
+                    "fixed when the engine was built", "probe.concurrency")
+        if spec.backend == "tensorrt" and variant.quantizer != "trtllm" and variant.method != "checkpoint":
+            return ("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or method: "
+                    "checkpoint with an engine folder", "engine.kind")
+        return None
 
     def missing_runtime(self) -> MissingEnvError:
         return MissingEnvError("the TensorRT-LLM environment", self.runtime.location,

@@ -78,6 +78,7 @@ def _has_quantization_config(checkpoint: Path | None) -> bool:
 @ENGINES.register("vllm")
 class VllmEngine:
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
+    label = "vLLM"
     Spec = VllmSpec
     # memory: RSS of its process tree, NVML on a GPU, KV cache and weights from its start-up log
     capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=True, metrics=(METRICS,),

@@ -100,14 +100,30 @@ def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -
     return merged(cfg.engine, update) if update else cfg.engine
 
 
+def _engine(kind: str):
+    from ..engines.base import ENGINES
+
+    return ENGINES.get(kind)
+
+
+def _caps(kind: str):
+    from ..engines.capabilities import Capabilities
+
+    return getattr(_engine(kind), "capabilities", Capabilities())
+
+
 def engine_kind(v: VariantSpec, spec: EngineSpec) -> str:
-    # an endpoint someone else runs is `external`, or `tgi` where the engine settings say TGI serves it
-    return ("tgi" if spec.kind == "tgi" else "external") if v.method == "external" else spec.kind
+    # an endpoint someone else runs is `external`, or the kind its engine settings name where that kind
+    # only connects to a server (TGI): it then asks that server as its engine does
+    if v.method != "external":
+        return spec.kind
+    return spec.kind if not _caps(spec.kind).starts_server else "external"
 
 
 def runtime_for(settings: Settings, kind: str):
     """The installed runtime an engine kind runs in (its name is part of every key it serves under)."""
-    return {"trtllm": settings.trtllm}.get(kind, settings.vllm)
+    default = getattr(_engine(kind), "default_runtime", None)
+    return default(settings) if default else settings.vllm
 
 
 def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint_hash: str | None) -> str:
@@ -150,42 +166,42 @@ def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
     return base
 
 
+def _label(kind: str) -> str:
+    return getattr(_engine(kind), "label", kind)
+
+
 def _check_variants(cfg: CampaignConfig, config_file: str) -> None:
     for v in cfg.all_variants():
         if v.api_key_env and not os.environ.get(v.api_key_env):
             raise ConfigError(f"variant {v.name}: environment variable {v.api_key_env} (its API key) is not set",
                               file=config_file, where=f"variant {v.name}: api_key_env")
-        if engine_spec(cfg, v).kind == "tgi":
-            if v.method != "external":
-                raise ConfigError("qeval starts no TGI server; give a running one as method: external with its "
-                                  "endpoint (and engine: {kind: tgi})", file=config_file,
-                                  where=f"variant {v.name}: engine.kind")
-            if any(s.kind == "lm_eval" for s in cfg.suites):
-                raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
-                                  "logprobs; TGI serves neither (use custom and logprobs suites)", file=config_file,
-                                  where=f"variant {v.name}: engine.kind")
+        kind = engine_spec(cfg, v).kind
+        caps, where = _caps(kind), f"variant {v.name}: engine.kind"
+        if not caps.starts_server and v.method != "external":
+            raise ConfigError(f"qeval starts no {_label(kind)} server; give a running one as method: external with "
+                              f"its endpoint (and engine: {{kind: {kind}}})", file=config_file, where=where)
+        if not caps.token_prompts and any(s.kind == "lm_eval" for s in cfg.suites):
+            raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
+                              f"logprobs; {_label(kind)} serves neither (use custom and logprobs suites)",
+                              file=config_file, where=where)
 
 
-def _check_trtllm(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
+def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
+    """What each variant's engine cannot serve, as the engine declares it, is bad input found before any start."""
     for v in cfg.all_variants():
         spec = engine_spec(cfg, v)
-        if spec.kind != "trtllm":
-            continue
         where = f"variant {v.name}: engine.kind"
-        # trtllm-serve's completions return logprobs of generated tokens only: these would be scored wrong
-        wrong = [t.name for _, ts in p.lmeval for t in ts if t.needs_prompt_logprobs] + [s.suite for s in p.logprobs]
-        if wrong:
-            raise ConfigError(f"TensorRT-LLM's server returns no prompt logprobs, so {wrong} cannot be scored "
-                              "against it; keep generate_until tasks and custom suites for this variant",
-                              file=config_file, where=where)
-        too_many = [c for c in cfg.probe.concurrency if spec.max_batch_size and c > spec.max_batch_size]
-        if cfg.probe.enabled and too_many:
-            raise ConfigError(f"probe concurrency {too_many} exceeds the engine's max_batch_size "
-                              f"{spec.max_batch_size}, fixed when the engine was built", file=config_file,
-                              where=f"variant {v.name}: probe.concurrency")
-        if spec.backend == "tensorrt" and v.quantizer != "trtllm" and v.method != "checkpoint":
-            raise ConfigError("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or "
-                              "method: checkpoint with an engine folder", file=config_file, where=where)
+        if _caps(spec.kind).prompt_logprobs is None:
+            # its completions return logprobs of generated tokens only: these would be scored wrong
+            wrong = [t.name for _, ts in p.lmeval for t in ts if t.needs_prompt_logprobs] + [s.suite for s in p.logprobs]
+            if wrong:
+                raise ConfigError(f"{_label(spec.kind)}'s server returns no prompt logprobs, so {wrong} cannot be "
+                                  "scored against it; keep generate_until tasks and custom suites for this variant",
+                                  file=config_file, where=where)
+        check = getattr(_engine(spec.kind), "check_plan", None)  # the engine's own limits (fixed at build time...)
+        problem = check(spec, v, cfg.probe) if check else None
+        if problem:
+            raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
 
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
@@ -199,7 +215,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     base = base_checkpoint(cfg, settings)
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
-    _check_trtllm(cfg, p, config_file)
+    _check_engines(cfg, p, config_file)
     return p
 
 

@@ -19,7 +19,7 @@ from ..engines.process import INTERRUPT_GRACE_S
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import stable_hash, tree_hash
 from ..progress import Reporter
-from ..quantize import quantizer_for
+from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..store import Record
 from .plan import UNQUANTIZED, VariantPlan, variant_key
@@ -269,10 +269,9 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     if v.method in UNQUANTIZED:
         return base, facts
     name = v.quantizer or DEFAULT_QUANTIZER[v.method]
-    s = plan.settings
-    runtime = {"llmcompressor": s.llmc, "modelopt": s.modelopt, "trtllm": s.trtllm}[name]
+    runtime = QUANTIZERS.get(name).runtime_of(plan.settings)  # each quantizer names the tool it runs in
     q = quantizer_for(v.method, name, runtime=runtime, engine=plan.engine, dtype=plan.dtype.quantize_dtype)
-    out = s.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
+    out = plan.settings.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
     facts["recipe"] = q.spec(base, v)
     if (out / "config.json").is_file():
         return out, facts

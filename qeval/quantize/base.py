@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..registry import Registry
 from .spec import RecipeSpec
+
+if TYPE_CHECKING:
+    from ..settings import Runtime, Settings
 
 
 class QuantizeTarget(Protocol):
@@ -19,6 +22,8 @@ class QuantizeTarget(Protocol):
 
 class Quantizer(Protocol):
     name: str
+    # the installed tool it runs in, picked from the machine's settings (a plugin names its own)
+    runtime_of: Callable[["Settings"], "Runtime"]
 
     def cache_key(self, base: Path, variant: QuantizeTarget) -> str: ...
 

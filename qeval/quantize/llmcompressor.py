@@ -11,8 +11,10 @@ from .worker import WORKERS, WorkerQuantizer
 @QUANTIZERS.register("llmcompressor")
 class LlmCompressor(WorkerQuantizer):
     name = "llmcompressor"
+    runtime_of = staticmethod(lambda settings: settings.llmc)  # the installed tool it runs in
     worker = WORKERS / "quantize_llmc.py"
     version = "0.14.0.1"
+    dist = "llmcompressor"
     methods = frozenset({"gptq", "awq", "rtn", "int8", "fp8"})
 
     def spec(self, base: Path, variant: QuantizeTarget) -> dict:

@@ -33,8 +33,10 @@ def gpu_architecture() -> str:
 @QUANTIZERS.register("modelopt")
 class ModelOpt(WorkerQuantizer):
     name = "modelopt"
+    runtime_of = staticmethod(lambda settings: settings.modelopt)  # the installed tool it runs in
     worker = WORKERS / "quantize_modelopt.py"
     version = "0.47.0"
+    dist = "nvidia-modelopt"
     methods = frozenset({"fp8"})
     install_hint = "pip install nvidia-modelopt==0.47.0 into a Python with torch and transformers, then set QEVAL_MODELOPT_PYTHON"
 
@@ -50,8 +52,10 @@ class TrtllmBuild(WorkerQuantizer):
     """FP8 quantization (TensorRT-LLM's LLM API, through Model Optimizer) and an engine build, in one step."""
 
     name = "tensorrt-llm"
+    runtime_of = staticmethod(lambda settings: settings.trtllm)
     worker = WORKERS / "build_trtllm.py"
     version = "1.2.1"
+    dist = "tensorrt_llm"
     methods = frozenset({"fp8"})
     done_file = "qeval-build.json"
     install_hint = "install tensorrt-llm from NVIDIA's index (pypi.nvidia.com), then set QEVAL_TRTLLM_PYTHON"

@@ -40,7 +40,8 @@ def _clear_abandoned(out: Path) -> None:
 class WorkerQuantizer:
     name: str
     worker: Path
-    version: str
+    version: str  # the version it was written for; the key takes the installed one where it is found
+    dist: str = ""  # its distribution's name, to read the installed version
     methods: frozenset[str]  # the methods it makes
     done_file = "config.json"  # what a finished output folder always holds
     install_hint = "make setup"
@@ -57,7 +58,8 @@ class WorkerQuantizer:
         return {}
 
     def cache_key(self, base: Path, variant: "QuantizeTarget") -> str:
-        return stable_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": self.version,
+        tool = (self.runtime.version_of(self.dist) if self.dist else "") or self.version
+        return stable_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": tool,
                             "worker": stable_hash(self.worker.read_text()), **self.cache_extra()})
 
     def quantize(self, base: Path, variant: "QuantizeTarget", out: Path, log: Path,

@@ -123,10 +123,10 @@ def test_bad_grids_are_refused(grid, says):
     assert says in str(e.value)
 
 
-def test_the_grid_runs_on_vllm_variants_only():
+def test_the_grid_runs_on_variants_whose_engine_has_its_settings_only():
     d = _cfg()
-    d["variants"][0]["engine"] = {"kind": "trtllm", "device": "gpu"}
-    with pytest.raises(ValidationError, match=r"\['int8'\] are not served by vLLM"):
+    d["variants"][0]["engine"] = {"kind": "trtllm", "device": "gpu"}  # TensorRT-LLM has no max_num_seqs
+    with pytest.raises(ValidationError, match=r"settings \(max_num_seqs\) are not settings of \['int8'\]'s engine"):
         CampaignConfig.model_validate(d)
     assert CampaignConfig.model_validate(d | {"grid": d["grid"] | {"variants": ["bf16"]}}).grid.variants == ["bf16"]
 
