@@ -1,16 +1,18 @@
 """The executor seam: given variant plans, yield their outcomes as they finish.
 
-The pipeline never knows where a variant runs; an executor kind is chosen by the campaign file
-(`executor: {kind: local}`), so another (Ray) is added beside this one without touching the pipeline.
+The pipeline never knows where a variant runs; the campaign file picks an executor kind
+(`executor: {kind: local}`), and a kind registered in EXECUTORS (a plugin's through the entry point group
+`qeval.executors`) brings its own spec, so Ray is added beside `local` without touching the pipeline.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Iterator, Literal, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Protocol, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from ..registry import Registry
+from ..specs import Kinded
 
 if TYPE_CHECKING:
     from ..progress import Reporter
@@ -18,28 +20,43 @@ if TYPE_CHECKING:
     from .sink import RecordSink
     from .variant import VariantOutcome
 
+EXECUTORS = Registry("executor", entry_point_group="qeval.executors")
 
-class LocalExecutorSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+
+class ExecutorSpec(Kinded):
+    """Where the variants run. Validated as ExecutorSpec, a spec becomes its kind's model."""
+
+    default_kind: ClassVar[str] = "local"
+    kind: str = "local"
+
+    @classmethod
+    def model_for(cls, kind: str) -> type["ExecutorSpec"]:
+        return EXECUTORS.get(kind).Spec
+
+
+class LocalExecutorSpec(ExecutorSpec):
     kind: Literal["local"] = "local"
 
 
-# a kind-discriminated union: one member per executor kind
-ExecutorSpec = Annotated[Union[LocalExecutorSpec], Field(discriminator="kind")]
-
-
 class Executor(Protocol):
+    Spec: ClassVar[type[ExecutorSpec]]
+
+    def __init__(self, spec: ExecutorSpec, max_seconds: float | None = None) -> None: ...
+
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
         """Each plan's outcome, as it finishes. The first plan is the baseline."""
         ...
 
 
+@EXECUTORS.register("local")
 class LocalExecutor:
     """Today's way: one variant after another in this process. With `max_seconds`, no variant after the
     baseline starts once that much time has passed: it is reported skipped (never PASS), a rerun resumes it."""
 
-    def __init__(self, spec: LocalExecutorSpec | None = None, max_seconds: float | None = None):
+    Spec = LocalExecutorSpec
+
+    def __init__(self, spec: ExecutorSpec | None = None, max_seconds: float | None = None):
         self.spec, self.max_seconds = spec or LocalExecutorSpec(), max_seconds
 
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
@@ -57,8 +74,5 @@ class LocalExecutor:
             yield run_variant(p, workspace, sink, reporter)
 
 
-def make_executor(spec: BaseModel | None, max_seconds: float | None = None) -> Executor:
-    kind = getattr(spec, "kind", "local")
-    if kind == "local":
-        return LocalExecutor(spec, max_seconds)  # type: ignore[arg-type]
-    raise ValueError(f"no executor of kind {kind!r}")
+def make_executor(spec: ExecutorSpec, max_seconds: float | None = None) -> Executor:
+    return EXECUTORS.get(spec.kind)(spec, max_seconds)

@@ -1,0 +1,38 @@
+"""The executor seam: where variants run is the campaign file's `executor` (a kind-discriminated union),
+local by default; it changes no result, so it is not part of the config hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qeval.config import load_config
+from qeval.errors import ConfigError
+from qeval.pipeline.executor import LocalExecutor, LocalExecutorSpec, make_executor
+
+
+def _write(tmp_path: Path, **extra) -> Path:
+    (tmp_path / "ck").mkdir(exist_ok=True)
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    cfg = {"name": "e", "model": {"path": "ck"}, "baseline": {"name": "b", "method": "bf16"},
+           "variants": [{"name": "q", "method": "checkpoint", "checkpoint": "ck"}], "probe": {"enabled": True},
+           **extra}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_local_is_the_default_and_naming_it_changes_no_hash(tmp_path):
+    plain = load_config(_write(tmp_path))
+    named = load_config(_write(tmp_path, executor={"kind": "local"}))
+    assert plain.executor == named.executor == LocalExecutorSpec()
+    assert plain.config_hash() == named.config_hash()
+    assert isinstance(make_executor(named.executor, max_seconds=5), LocalExecutor)
+
+
+def test_an_unknown_executor_kind_names_its_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"c.yaml:line \d+: executor.kind: unknown executor 'locl'. Did you mean "
+                                          r"'local'\?"):
+        load_config(_write(tmp_path, executor={"kind": "locl"}))
