@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .errors import ConfigError
 
-SCHEMA_VERSION = 2  # 2: gate modes, power (MDE), interval method, correction
+SCHEMA_VERSION = 3  # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store)
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
