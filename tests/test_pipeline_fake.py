@@ -192,3 +192,15 @@ def test_a_second_campaign_reuses_the_first_ones_suites_and_serves_only_for_the_
     assert not (tmp_path / "runs" / "second" / "logs").exists()
     assert b.verdicts == a.verdicts and any("records reused from the shared store" in ln for ln in lines)
     assert [c.delta for c in b.comparisons] == [c.delta for c in a.comparisons]
+
+
+def test_an_engine_that_never_comes_up_is_not_restarted(tmp_path):
+    config = _campaign(tmp_path)
+    write_checkpoint(tmp_path / "ck" / "w3", FakeEngineSpec(answers=_suites(tmp_path), start_delay_s=30))
+    cfg = load_config(config)
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"startup_timeout_s": 0.5, "max_restarts": 2})})
+    rec = campaign.run(cfg, Settings(cache=tmp_path / "cache", share_records=False),
+                       reporter=PlainReporter(lambda s: None), config_file=str(config)).record
+    w3 = next(v for v in rec.variants if v.name == "w3")
+    assert (w3.status, w3.restarts) == ("error", 0) and "not healthy" in w3.error  # one start, not three
+    assert rec.verdicts["w3"] == "NOT_EVALUATED" and rec.verdicts["same"] == "PASS"

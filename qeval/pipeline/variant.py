@@ -133,6 +133,8 @@ class _Run:
             except EngineError as e:
                 if attempt == p.engine.max_restarts or p.external:  # not ours to restart
                     raise
+                if getattr(e, "at_start", False):  # it never came up: a start-up failure repeats, a restart waits for it
+                    raise
                 if getattr(e, "engine_alive", False):  # it still answered: the fault is elsewhere (an lm-eval crash)
                     raise
                 self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
@@ -163,7 +165,11 @@ class _Run:
         p, v, s = self.plan, self.v, self.plan.suites
         t0 = time.monotonic()
         with self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
-            endpoint = engine.start()
+            try:
+                endpoint = engine.start()
+            except EngineError as e:
+                e.at_start = True
+                raise
         with _stopping(engine):
             self.facts["startup_seconds"] = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
             self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
