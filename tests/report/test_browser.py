@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from qeval.pipeline.campaign import Campaign
+from qeval.pipeline.judge import summarize
 from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
@@ -105,7 +106,7 @@ def _stored_run(root: Path, url: str) -> Path:
                 Record(item_id=it.id, scores={"contains": score[it.id], "normalized": score[it.id]},
                        prompt_hash=f"p-{it.id}", response="(answer)") for it in suite.items])
             store.mark_complete(res.key, suite.key, len(suite.items))
-            res.suites = camp.summarize(store, res.key, p)
+            res.suites = summarize(store, res.key, p)
             record.variants.append(res)
     record.save(camp.run_dir / "run.json")
     return config
