@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 
 from ..record import RunRecord
+from ..record_models import Grid, GridCell, ProbeStep
 
 TEMPLATE = """\
 # qeval report: {{ r.campaign }}
@@ -73,7 +74,7 @@ Delta-p: the change in the probability of the baseline's most likely token.
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
 {% for suite, d in v.distribution.items() -%}
-| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.get("tokens", "-") }} | {{ f(d.get("kl_mean")) }} | {{ f(d.get("kl_median")) }} | {{ f(d.get("kl_p95")) }} | {{ f(d.get("kl_p99")) }} | {{ f(d.get("top1_agreement")) }} | {{ s(d.get("delta_p_mean")) }} | {{ s(d.get("delta_p_median")) }} | {{ s(d.get("delta_p_p01")) }} / {{ s(d.get("delta_p_p99")) }} | {{ d.chunks }}{% if d.get("mismatched_chunks") %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
+| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.tokens | default("-") }} | {{ f(d.kl_mean | default(none)) }} | {{ f(d.kl_median | default(none)) }} | {{ f(d.kl_p95 | default(none)) }} | {{ f(d.kl_p99 | default(none)) }} | {{ f(d.top1_agreement | default(none)) }} | {{ s(d.delta_p_mean | default(none)) }} | {{ s(d.delta_p_median | default(none)) }} | {{ s(d.delta_p_p01 | default(none)) }} / {{ s(d.delta_p_p99 | default(none)) }} | {{ d.chunks }}{% if d.mismatched_chunks | default(0) %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
 {% endfor -%}
 {% endfor %}
 {% endif %}
@@ -95,7 +96,7 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% for st in v.probe.steps -%}
-| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.2f" % st.get("goodput") if st.get("goodput") is not none else "-" }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
+| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.2f" % st.goodput if st.goodput is not none else "-" }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
 {% endfor %}
 {% if served_view %}
@@ -137,7 +138,7 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 | output tok/s | {% for k in v.grid.concurrency %}c={{ k }} | {% endfor %}
 | --- | {% for k in v.grid.concurrency %}--- | {% endfor %}
 {% for row in v.grid.rows -%}
-| {{ row }}{{ " (evaluation server)" if v.grid.served.get(row, {}).get("on_server") else "" }} | {% for k in v.grid.concurrency %}{{ g_cell(v.grid, row, k) }} | {% endfor %}
+| {{ row }}{{ " (evaluation server)" if row in v.grid.served and v.grid.served[row].on_server else "" }} | {% for k in v.grid.concurrency %}{{ g_cell(v.grid, row, k) }} | {% endfor %}
 {% endfor %}
 
 | setting | concurrency | requests (errors) | output tok/s | TTFT p95 / p99 (ms) | TPOT p95 / p99 (ms) | server queue mean (ms) | server TTFT mean (ms) | running max | KV cache use max | engine RSS | KV cache | meets SLO |
@@ -202,27 +203,27 @@ def _fmt(x: float | None, spec: str) -> str:
 def _grid_helpers() -> dict:
     from ..probe.grid import meets_slo
 
-    def is_best(g: dict, row: str, k: int) -> bool:
-        return (row, k) == ((g.get("best") or {}).get("row"), (g.get("best") or {}).get("concurrency"))
+    def is_best(g: Grid, row: str, k: int) -> bool:
+        return g.best is not None and (row, k) == (g.best.row, g.best.concurrency)
 
-    def g_cell(g: dict, row: str, k: int) -> str:
-        c = next((c for c in g["cells"] if (c["row"], c["concurrency"]) == (row, k)), None)
+    def g_cell(g: Grid, row: str, k: int) -> str:
+        c = next((c for c in g.cells if (c.row, c.concurrency) == (row, k)), None)
         if c is None:
             return "-"
         if is_best(g, row, k):
-            return f"**{c['output_throughput']:.1f} (best)**"
-        return f"{c['output_throughput']:.1f}" + ("" if meets_slo(c, g["slo"]) else " (misses SLO)")
+            return f"**{c.output_throughput:.1f} (best)**"
+        return f"{c.output_throughput:.1f}" + ("" if meets_slo(c, g.slo) else " (misses SLO)")
 
-    def g_mark(g: dict, c: dict) -> str:
-        return "**best**" if is_best(g, c["row"], c["concurrency"]) else ("yes" if meets_slo(c, g["slo"]) else "no")
+    def g_mark(g: Grid, c: GridCell) -> str:
+        return "**best**" if is_best(g, c.row, c.concurrency) else ("yes" if meets_slo(c, g.slo) else "no")
 
-    def g_best(g: dict) -> str:
-        b = g.get("best")
-        return "no cell meets them" if not b else (f"{b['row']} at concurrency {b['concurrency']}, "
-                                                    f"{b['output_throughput']:.1f} output tok/s")
+    def g_best(g: Grid) -> str:
+        b = g.best
+        return "no cell meets them" if not b else (f"{b.row} at concurrency {b.concurrency}, "
+                                                    f"{b.output_throughput:.1f} output tok/s")
 
-    def g_slo(g: dict) -> str:
-        return ", ".join(f"{k} <= {val:g}" for k, val in g["slo"].items()) or "none given: any error-free cell"
+    def g_slo(g: Grid) -> str:
+        return ", ".join(f"{k} <= {val:g}" for k, val in g.slo.items()) or "none given: any error-free cell"
 
     return {"g_cell": g_cell, "g_mark": g_mark, "g_best": g_best, "g_slo": g_slo}
 
@@ -236,13 +237,13 @@ def _render(template: str, r: RunRecord) -> str:
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
     def served(v) -> bool:  # the engine's /metrics gave figures for at least one probe step
-        return any(st.get("server") for st in (v.probe or {}).get("steps", []))
+        return any(st.server for st in (v.probe.steps if v.probe else []))
 
     def note(v) -> str:
-        return next((st["server_note"] for st in v.probe.get("steps", []) if st.get("server_note")), "")
+        return next((st.server_note for st in v.probe.steps if st.server_note), "")
 
-    def sv(st: dict, key: str, spec: str) -> str:
-        x = (st.get("server") or {}).get(key)
+    def sv(st: ProbeStep | GridCell, key: str, spec: str) -> str:
+        x = st.server.get(key)
         return "-" if x is None or x != x else format(x, spec)
 
     return env.from_string(template).render(
