@@ -75,8 +75,9 @@ class VariantResult(_Model):
         if steps:
             out["max_output_throughput"] = max(s.output_throughput for s in steps)
             one = min(steps, key=lambda s: s.load)
-            out["ttft_p50_ms_c1"] = one.ttft_ms.p50
-            out["tpot_p50_ms_c1"] = one.tpot_ms.p50
+            # a step whose every request failed timed nothing (NaN, null once saved): no figure, not a zero
+            out |= {k: x for k, x in (("ttft_p50_ms_c1", one.ttft_ms.p50), ("tpot_p50_ms_c1", one.tpot_ms.p50))
+                    if x is not None and x == x}
             slo = self.probe.max_concurrency_within_slo
             if slo is not None:
                 at = next(s for s in steps if s.load == slo)

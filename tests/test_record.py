@@ -189,3 +189,7 @@ def test_nan_figures_load_back(tmp_path):
     assert again.model_dump_json(indent=1) == (tmp_path / "run.json").read_text()
     assert json.loads((tmp_path / "run.json").read_text())["variants"][0]["distribution"] == {
         "logprobs/c": {"perplexity": b.perplexity, "chunks": 2}}  # the baseline's: its own figures only
+    # and the reloaded record still renders: the failed step's percentiles show as "-"
+    md = markdown.render(again)
+    row = next(line for line in md.splitlines() if line.startswith("| q | concurrency 1 |"))
+    assert "| - / - / - |" in row
