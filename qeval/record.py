@@ -6,19 +6,17 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from .errors import ConfigError
+from .record_models import BaselineDistribution, Distribution, Grid, Probe
+from .record_models import RecordModel as _Model
 
-SCHEMA_VERSION = 3  # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store)
+# 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
+# and distributions as typed models (record_models.py) whose JSON is what the dicts before them wrote
+SCHEMA_VERSION = 3
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
 GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class SuiteSummary(_Model):
@@ -55,11 +53,10 @@ class VariantResult(_Model):
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []
-    distribution: dict[str, dict[str, Any]] = {}  # per logprobs suite: perplexity, KL, top-1 agreement
-    probe: dict[str, Any] | None = None  # latency sweep: steps, saturation, the largest load within SLOs
+    distribution: dict[str, Distribution | BaselineDistribution] = {}  # per logprobs suite: perplexity, KL, top-1
+    probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
-    # batch size x concurrency (probe/grid.py assemble): rows, concurrencies, cells, the best cell under the SLOs
-    grid: dict[str, Any] | None = None
+    grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
 
     def perf(self) -> dict[str, float]:
         """Performance figures a gate or a chart can compare across variants."""
@@ -74,16 +71,17 @@ class VariantResult(_Model):
             out["model_memory_bytes"] = float(self.model_memory_bytes)
         if self.kv_cache_tokens:
             out["kv_cache_tokens"] = float(self.kv_cache_tokens)
-        steps = [s for s in (self.probe or {}).get("steps", []) if s["kind"] == "concurrency"]
+        steps = [s for s in (self.probe.steps if self.probe else []) if s.kind == "concurrency"]
         if steps:
-            out["max_output_throughput"] = max(s["output_throughput"] for s in steps)
-            one = min(steps, key=lambda s: s["load"])
-            out["ttft_p50_ms_c1"] = one["ttft_ms"]["p50"]
-            out["tpot_p50_ms_c1"] = one["tpot_ms"]["p50"]
-            slo = self.probe.get("max_concurrency_within_slo")
+            out["max_output_throughput"] = max(s.output_throughput for s in steps)
+            one = min(steps, key=lambda s: s.load)
+            # a step whose every request failed timed nothing (NaN, null once saved): no figure, not a zero
+            out |= {k: x for k, x in (("ttft_p50_ms_c1", one.ttft_ms.p50), ("tpot_p50_ms_c1", one.tpot_ms.p50))
+                    if x is not None and x == x}
+            slo = self.probe.max_concurrency_within_slo
             if slo is not None:
-                at = next(s for s in steps if s["load"] == slo)
-                out["output_throughput_at_slo"] = at["output_throughput"]
+                at = next(s for s in steps if s.load == slo)
+                out["output_throughput_at_slo"] = at.output_throughput
         return out
 
 

@@ -5,7 +5,6 @@ Reads the campaign's store and the record's variant list; serves nothing, so `qe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from ..config import CampaignConfig, GateRule
 from ..gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from ..metrics import UNDECLARED
 from ..record import RunRecord, SuiteSummary, VariantResult
+from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
 from .plan import Plan
 
@@ -35,7 +35,7 @@ def load_probe(res: VariantResult, path: Path | None) -> bool:
     """The stored latency probe at `path` into the result, where it is there."""
     if path is None or not path.exists():
         return False
-    res.probe = json.loads(path.read_text())
+    res.probe = Probe.model_validate_json(path.read_text())
     res.probe_requests = str(path.with_suffix(".parquet"))
     return True
 
@@ -58,15 +58,16 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
             continue
         cc = compare_chunks(base_recs, cand_recs)
         summ = summarize_positions(cc.positions)
-        res.distribution[lp.suite] = {**summ.__dict__, "perplexity": perplexity(cand_recs),
-                                      "mismatched_chunks": len(cc.mismatched), "chunks": len(cc.ids),
-                                      "method": f"top-{lp.top_k} + tail bucket (approximation, a near lower bound)"}
+        figures = {**summ.__dict__, "perplexity": perplexity(cand_recs),
+                   "mismatched_chunks": len(cc.mismatched), "chunks": len(cc.ids),
+                   "method": f"top-{lp.top_k} + tail bucket (approximation, a near lower bound)"}
         if not cc.alternatives:  # a TGI side: no alternatives per prompt token, so no top-1 figures
-            res.distribution[lp.suite].update(
-                top1_agreement=None, **{k: None for k in res.distribution[lp.suite] if k.startswith("delta_p_")},
+            figures.update(
+                top1_agreement=None, **{k: None for k in figures if k.startswith("delta_p_")},
                 method="actual token + tail bucket (TGI lists no alternatives for prompt tokens: a looser "
                        "lower bound; no top-1 agreement)")
-        base_res.distribution[lp.suite] = {"perplexity": perplexity(base_recs), "chunks": len(base_recs)}
+        res.distribution[lp.suite] = Distribution.model_validate(figures)
+        base_res.distribution[lp.suite] = BaselineDistribution(perplexity=perplexity(base_recs), chunks=len(base_recs))
         if not cc.ids:
             continue
         n = len(cc.ids)

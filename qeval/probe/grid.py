@@ -2,7 +2,8 @@
 
 A row is one engine setting (e.g. max_num_seqs=8: one server start), a column one client
 concurrency; a cell is one probe step on that row's server at that concurrency, with the engine's
-memory right after it. Cells are plain dicts (they go to JSON, the run record and MLflow as they are).
+memory right after it. Cells and the assembled grid are plain dicts as stored (a row's JSON, a variant's
+outcome); the run record validates them into record_models.Grid, and the views here take either.
 Running the grid is in grid_run.py.
 """
 
@@ -13,9 +14,10 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
 from ..engines.spec import EngineSpec
+from ..record_models import Grid, GridCell
 from .spec import GridEngineSpec, GridSpec, ProbeSpec
 from .latency import StepSummary
 
@@ -27,6 +29,7 @@ FIGURES = ("output_throughput", "request_throughput", "ttft_p95_ms", "ttft_p99_m
 CELL_METRICS = FIGURES + ("memory_rss_bytes", "memory_gpu_bytes", "memory_kv_cache_bytes",
                           "server_queue_mean_ms", "server_ttft_mean_ms", "server_running_max", "server_waiting_max",
                           "server_kv_cache_usage_max")
+Cell = TypeVar("Cell", GridCell, Mapping[str, Any])  # a record's cell, or a stored one
 _STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepSummary) if f.name not in ("kind", "load"))
 
 
@@ -79,35 +82,43 @@ def cell(setting: dict[str, float], step: StepSummary, memory: Any) -> dict[str,
             **{k: getattr(step, k) for k in _STEP_FIELDS}, "memory": dataclasses.asdict(memory)}
 
 
-def figures(c: dict[str, Any]) -> dict[str, float]:
+def _as_cell(c: GridCell | Mapping[str, Any]) -> GridCell:
+    return GridCell.model_validate(c)  # a model as it is, a stored dict checked
+
+
+def figures(c: GridCell | Mapping[str, Any]) -> dict[str, float]:
     """A cell's figures by flat name: the probe step's (StepSummary.flat: ttft_p95_ms, server_queue_mean_ms,
     ...) and the engine's memory (memory_rss_bytes, memory_kv_cache_bytes, ...)."""
-    step = StepSummary(kind="concurrency", load=c["concurrency"], **{k: c[k] for k in _STEP_FIELDS if k in c})
+    d = _as_cell(c).model_dump()
+    step = StepSummary(kind="concurrency", load=d["concurrency"], **{k: d[k] for k in _STEP_FIELDS})
     out = step.flat()
-    out["requests"] = float(c["requests"])
-    out.update({f"memory_{k}": float(v) for k, v in (c.get("memory") or {}).items() if v is not None})
+    out["requests"] = float(d["requests"])
+    out.update({f"memory_{k}": float(v) for k, v in d["memory"].items() if v is not None})
     return out
 
 
-def meets_slo(c: dict[str, Any], slo: dict[str, float]) -> bool:
+def meets_slo(c: GridCell | Mapping[str, Any], slo: dict[str, float]) -> bool:
     """Every SLO holds, and no request failed (a figure that is missing or NaN does not hold)."""
-    if c["errors"] or not c["requests"]:
+    c = _as_cell(c)
+    if c.errors or not c.requests:
         return False
     f = figures(c)
     return all(f.get(k, math.inf) <= limit for k, limit in slo.items())
 
 
-def best_cell(cells: Sequence[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any] | None:
+def best_cell(cells: Sequence[Cell], slo: dict[str, float]) -> Cell | None:
     """The cell with the most output tokens per second among those meeting the SLOs (all error-free
-    cells when there are none); on a tie, the lower concurrency. None if no cell qualifies."""
+    cells when there are none); on a tie, the lower concurrency. None if no cell qualifies. The cell is
+    returned as given (a stored dict or a GridCell)."""
     ok = [c for c in cells if meets_slo(c, slo)]
-    return max(ok, key=lambda c: (c["output_throughput"], -c["concurrency"]), default=None)
+    return max(ok, key=lambda c: (_as_cell(c).output_throughput, -_as_cell(c).concurrency), default=None)
 
 
 def assemble(grid: GridSpec, slo: dict[str, float], rows: Sequence[dict[str, Any]],
              errors: dict[str, str]) -> dict[str, Any]:
-    """The grid as the run record keeps it. `rows`: the stored rows (cells and how they were served);
-    `errors`: row label -> why that row has no cells (its engine did not start, or died)."""
+    """The grid as the run record keeps it (record_models.Grid, as a dict). `rows`: the stored rows (cells
+    and how they were served); `errors`: row label -> why that row has no cells (its engine did not start,
+    or died)."""
     cells = [c for r in rows for c in r["cells"]]
     best = best_cell(cells, slo)
     return {"settings": list(grid.engine.settings()), "rows": [row_label(s) for s in settings(grid.engine)],
@@ -118,17 +129,21 @@ def assemble(grid: GridSpec, slo: dict[str, float], rows: Sequence[dict[str, Any
                                                "output_throughput": best["output_throughput"]}}
 
 
-def matrix(grid: dict[str, Any], key: str = "output_throughput") -> list[list[float]]:
+def _is_best(g: Grid, c: GridCell) -> bool:
+    return g.best is not None and (c.row, c.concurrency) == (g.best.row, g.best.concurrency)
+
+
+def matrix(grid: Grid | Mapping[str, Any], key: str = "output_throughput") -> list[list[float]]:
     """One figure over rows x concurrencies (NaN where a cell is missing), for the heat map."""
-    at = {(c["row"], c["concurrency"]): figures(c).get(key, math.nan) for c in grid["cells"]}
-    return [[at.get((r, k), math.nan) for k in grid["concurrency"]] for r in grid["rows"]]
+    g = Grid.model_validate(grid)
+    at = {(c.row, c.concurrency): figures(c).get(key, math.nan) for c in g.cells}
+    return [[at.get((r, k), math.nan) for k in g.concurrency] for r in g.rows]
 
 
-def table(grid: dict[str, Any]) -> list[dict[str, Any]]:
+def table(grid: Grid | Mapping[str, Any]) -> list[dict[str, Any]]:
     """One flat row per cell (for a Parquet table): the setting, the concurrency, every figure, and
     whether the cell meets the SLOs and is the best one."""
-    best = grid.get("best") or {}
-    return [{"row": c["row"], **c["setting"], "concurrency": c["concurrency"], **figures(c),
-             "meets_slo": meets_slo(c, grid["slo"]),
-             "best": (c["row"], c["concurrency"]) == (best.get("row"), best.get("concurrency"))}
-            for c in grid["cells"]]
+    g = Grid.model_validate(grid)
+    return [{"row": c.row, **c.setting, "concurrency": c.concurrency, **figures(c),
+             "meets_slo": meets_slo(c, g.slo), "best": _is_best(g, c)}
+            for c in g.cells]

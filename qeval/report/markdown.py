@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 
 from ..record import RunRecord
+from ..record_models import Grid, GridCell, ProbeStep
 
 TEMPLATE = """\
 # qeval report: {{ r.campaign }}
@@ -73,7 +74,7 @@ Delta-p: the change in the probability of the baseline's most likely token.
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
 {% for suite, d in v.distribution.items() -%}
-| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.get("tokens", "-") }} | {{ f(d.get("kl_mean")) }} | {{ f(d.get("kl_median")) }} | {{ f(d.get("kl_p95")) }} | {{ f(d.get("kl_p99")) }} | {{ f(d.get("top1_agreement")) }} | {{ s(d.get("delta_p_mean")) }} | {{ s(d.get("delta_p_median")) }} | {{ s(d.get("delta_p_p01")) }} / {{ s(d.get("delta_p_p99")) }} | {{ d.chunks }}{% if d.get("mismatched_chunks") %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
+| {{ v.name }} | {{ suite }} | {{ "%.2f" % d.perplexity }} | {{ d.tokens | default("-") }} | {{ f(d.kl_mean | default(none)) }} | {{ f(d.kl_median | default(none)) }} | {{ f(d.kl_p95 | default(none)) }} | {{ f(d.kl_p99 | default(none)) }} | {{ f(d.top1_agreement | default(none)) }} | {{ s(d.delta_p_mean | default(none)) }} | {{ s(d.delta_p_median | default(none)) }} | {{ s(d.delta_p_p01 | default(none)) }} / {{ s(d.delta_p_p99 | default(none)) }} | {{ d.chunks }}{% if d.mismatched_chunks | default(0) %} ({{ d.mismatched_chunks }} with different tokens: excluded){% endif %} |
 {% endfor -%}
 {% endfor %}
 {% endif %}
@@ -88,14 +89,14 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% set pf = v.perf() -%}
-| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ "%.1f" % pf.get("max_output_throughput", 0) }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ "%.1f" % pf.get("ttft_p50_ms_c1", 0) }} ms | {{ "%.1f" % pf.get("tpot_p50_ms_c1", 0) }} ms |
+| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ n(pf.get("max_output_throughput"), ".1f") }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ n(pf.get("ttft_p50_ms_c1"), ".1f") }} ms | {{ n(pf.get("tpot_p50_ms_c1"), ".1f") }} ms |
 {% endfor %}
 
 | variant | load | requests (errors) | output tok/s | goodput (req/s) | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% for st in v.probe.steps -%}
-| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ "%.1f" % st.output_throughput }} | {{ "%.2f" % st.get("goodput") if st.get("goodput") is not none else "-" }} | {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} / {{ "%.0f" % st.ttft_ms.p99 }} | {{ "%.1f" % st.tpot_ms.p50 }} / {{ "%.1f" % st.tpot_ms.p95 }} | {{ "%.1f" % st.itl_ms.p95 }} | {{ "%.0f" % st.e2e_ms.p50 }} / {{ "%.0f" % st.e2e_ms.p95 }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
+| {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ n(st.output_throughput, ".1f") }} | {{ n(st.goodput, ".2f") if st.goodput is not none else "-" }} | {{ n(st.ttft_ms.p50, ".0f") }} / {{ n(st.ttft_ms.p95, ".0f") }} / {{ n(st.ttft_ms.p99, ".0f") }} | {{ n(st.tpot_ms.p50, ".1f") }} / {{ n(st.tpot_ms.p95, ".1f") }} | {{ n(st.itl_ms.p95, ".1f") }} | {{ n(st.e2e_ms.p50, ".0f") }} / {{ n(st.e2e_ms.p95, ".0f") }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
 {% endfor %}
 {% if served_view %}
@@ -114,7 +115,7 @@ no per-request TTFT, prefill or decode time, nor a KV-cache gauge).
 | load | client TTFT mean / p50 / p95 (ms) | server queue mean (ms) | server TTFT mean (ms) | server prefill / decode mean (ms) | running mean / max | waiting mean / max | KV cache mean / max | requests (server / client) |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for st in v.probe.steps -%}
-| {{ st.kind }} {{ st.load }} | {{ "%.0f" % st.ttft_ms.mean }} / {{ "%.0f" % st.ttft_ms.p50 }} / {{ "%.0f" % st.ttft_ms.p95 }} | {{ sv(st, "queue_mean_ms", ".0f") }} | {{ sv(st, "ttft_mean_ms", ".0f") }} | {{ sv(st, "prefill_mean_ms", ".0f") }} / {{ sv(st, "decode_mean_ms", ".0f") }} | {{ sv(st, "running_mean", ".1f") }} / {{ sv(st, "running_max", ".0f") }} | {{ sv(st, "waiting_mean", ".1f") }} / {{ sv(st, "waiting_max", ".0f") }} | {{ sv(st, "kv_cache_usage_mean", ".3f") }} / {{ sv(st, "kv_cache_usage_max", ".3f") }} | {{ sv(st, "requests", ".0f") }} / {{ st.requests }} |
+| {{ st.kind }} {{ st.load }} | {{ n(st.ttft_ms.mean, ".0f") }} / {{ n(st.ttft_ms.p50, ".0f") }} / {{ n(st.ttft_ms.p95, ".0f") }} | {{ sv(st, "queue_mean_ms", ".0f") }} | {{ sv(st, "ttft_mean_ms", ".0f") }} | {{ sv(st, "prefill_mean_ms", ".0f") }} / {{ sv(st, "decode_mean_ms", ".0f") }} | {{ sv(st, "running_mean", ".1f") }} / {{ sv(st, "running_max", ".0f") }} | {{ sv(st, "waiting_mean", ".1f") }} / {{ sv(st, "waiting_max", ".0f") }} | {{ sv(st, "kv_cache_usage_mean", ".3f") }} / {{ sv(st, "kv_cache_usage_max", ".3f") }} | {{ sv(st, "requests", ".0f") }} / {{ st.requests }} |
 {% endfor -%}
 {% endfor %}
 {% endif %}
@@ -137,13 +138,13 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 | output tok/s | {% for k in v.grid.concurrency %}c={{ k }} | {% endfor %}
 | --- | {% for k in v.grid.concurrency %}--- | {% endfor %}
 {% for row in v.grid.rows -%}
-| {{ row }}{{ " (evaluation server)" if v.grid.served.get(row, {}).get("on_server") else "" }} | {% for k in v.grid.concurrency %}{{ g_cell(v.grid, row, k) }} | {% endfor %}
+| {{ row }}{{ " (evaluation server)" if row in v.grid.served and v.grid.served[row].on_server else "" }} | {% for k in v.grid.concurrency %}{{ g_cell(v.grid, row, k) }} | {% endfor %}
 {% endfor %}
 
 | setting | concurrency | requests (errors) | output tok/s | TTFT p95 / p99 (ms) | TPOT p95 / p99 (ms) | server queue mean (ms) | server TTFT mean (ms) | running max | KV cache use max | engine RSS | KV cache | meets SLO |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for c in v.grid.cells -%}
-| {{ c.row }} | {{ c.concurrency }} | {{ c.requests }} ({{ c.errors }}) | {{ "%.1f" % c.output_throughput }} | {{ "%.0f" % c.ttft_ms.p95 }} / {{ "%.0f" % c.ttft_ms.p99 }} | {{ "%.1f" % c.tpot_ms.p95 }} / {{ "%.1f" % c.tpot_ms.p99 }} | {{ sv(c, "queue_mean_ms", ".0f") }} | {{ sv(c, "ttft_mean_ms", ".0f") }} | {{ sv(c, "running_max", ".0f") }} | {{ sv(c, "kv_cache_usage_max", ".3f") }} | {{ mib(c.memory.rss_bytes) }} | {{ mib(c.memory.kv_cache_bytes) }} | {{ g_mark(v.grid, c) }} |
+| {{ c.row }} | {{ c.concurrency }} | {{ c.requests }} ({{ c.errors }}) | {{ n(c.output_throughput, ".1f") }} | {{ n(c.ttft_ms.p95, ".0f") }} / {{ n(c.ttft_ms.p99, ".0f") }} | {{ n(c.tpot_ms.p95, ".1f") }} / {{ n(c.tpot_ms.p99, ".1f") }} | {{ sv(c, "queue_mean_ms", ".0f") }} | {{ sv(c, "ttft_mean_ms", ".0f") }} | {{ sv(c, "running_max", ".0f") }} | {{ sv(c, "kv_cache_usage_max", ".3f") }} | {{ mib(c.memory.rss_bytes) }} | {{ mib(c.memory.kv_cache_bytes) }} | {{ g_mark(v.grid, c) }} |
 {% endfor -%}
 {% for row, err in v.grid.errors.items() %}
 - {{ row }}: no cells ({{ err }})
@@ -202,27 +203,27 @@ def _fmt(x: float | None, spec: str) -> str:
 def _grid_helpers() -> dict:
     from ..probe.grid import meets_slo
 
-    def is_best(g: dict, row: str, k: int) -> bool:
-        return (row, k) == ((g.get("best") or {}).get("row"), (g.get("best") or {}).get("concurrency"))
+    def is_best(g: Grid, row: str, k: int) -> bool:
+        return g.best is not None and (row, k) == (g.best.row, g.best.concurrency)
 
-    def g_cell(g: dict, row: str, k: int) -> str:
-        c = next((c for c in g["cells"] if (c["row"], c["concurrency"]) == (row, k)), None)
+    def g_cell(g: Grid, row: str, k: int) -> str:
+        c = next((c for c in g.cells if (c.row, c.concurrency) == (row, k)), None)
         if c is None:
             return "-"
         if is_best(g, row, k):
-            return f"**{c['output_throughput']:.1f} (best)**"
-        return f"{c['output_throughput']:.1f}" + ("" if meets_slo(c, g["slo"]) else " (misses SLO)")
+            return f"**{c.output_throughput:.1f} (best)**"
+        return f"{c.output_throughput:.1f}" + ("" if meets_slo(c, g.slo) else " (misses SLO)")
 
-    def g_mark(g: dict, c: dict) -> str:
-        return "**best**" if is_best(g, c["row"], c["concurrency"]) else ("yes" if meets_slo(c, g["slo"]) else "no")
+    def g_mark(g: Grid, c: GridCell) -> str:
+        return "**best**" if is_best(g, c.row, c.concurrency) else ("yes" if meets_slo(c, g.slo) else "no")
 
-    def g_best(g: dict) -> str:
-        b = g.get("best")
-        return "no cell meets them" if not b else (f"{b['row']} at concurrency {b['concurrency']}, "
-                                                    f"{b['output_throughput']:.1f} output tok/s")
+    def g_best(g: Grid) -> str:
+        b = g.best
+        return "no cell meets them" if not b else (f"{b.row} at concurrency {b.concurrency}, "
+                                                    f"{b.output_throughput:.1f} output tok/s")
 
-    def g_slo(g: dict) -> str:
-        return ", ".join(f"{k} <= {val:g}" for k, val in g["slo"].items()) or "none given: any error-free cell"
+    def g_slo(g: Grid) -> str:
+        return ", ".join(f"{k} <= {val:g}" for k, val in g.slo.items()) or "none given: any error-free cell"
 
     return {"g_cell": g_cell, "g_mark": g_mark, "g_best": g_best, "g_slo": g_slo}
 
@@ -236,19 +237,21 @@ def _render(template: str, r: RunRecord) -> str:
         return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
 
     def served(v) -> bool:  # the engine's /metrics gave figures for at least one probe step
-        return any(st.get("server") for st in (v.probe or {}).get("steps", []))
+        return any(st.server for st in (v.probe.steps if v.probe else []))
 
     def note(v) -> str:
-        return next((st["server_note"] for st in v.probe.get("steps", []) if st.get("server_note")), "")
+        return next((st.server_note for st in v.probe.steps if st.server_note), "")
 
-    def sv(st: dict, key: str, spec: str) -> str:
-        x = (st.get("server") or {}).get(key)
+    def sv(st: ProbeStep | GridCell, key: str, spec: str) -> str:
+        x = st.server.get(key)
         return "-" if x is None or x != x else format(x, spec)
 
     return env.from_string(template).render(
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
+        n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
 

@@ -72,17 +72,17 @@ def tradeoff(r: RunRecord) -> bytes | None:
 
 
 def latency(r: RunRecord) -> bytes | None:
-    probed = [v for v in r.variants if v.probe and v.probe.get("steps")]
+    probed = [v for v in r.variants if v.probe and v.probe.steps]
     if not probed:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for k, v in enumerate(probed):
-        steps = sorted((s for s in v.probe["steps"] if s["kind"] == "concurrency"), key=lambda s: s["load"])
-        xs = [s["load"] for s in steps]
+        steps = sorted((s for s in v.probe.steps if s.kind == "concurrency"), key=lambda s: s.load)
+        xs = [s.load for s in steps]
         style = dict(color="black", ls=STYLES[k % len(STYLES)], marker=POINTS[k % len(POINTS)], label=v.name)
-        axes[0].plot(xs, [s["output_throughput"] for s in steps], **style)
-        axes[1].plot(xs, [s["ttft_ms"]["p95"] for s in steps], **style)
-        axes[2].plot(xs, [s["tpot_ms"]["p95"] for s in steps], **style)
+        axes[0].plot(xs, [s.output_throughput for s in steps], **style)
+        axes[1].plot(xs, [s.ttft_ms.p95 for s in steps], **style)
+        axes[2].plot(xs, [s.tpot_ms.p95 for s in steps], **style)
     for ax, title in zip(axes, ("output tokens/s", "TTFT p95 (ms)", "TPOT p95 (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
@@ -102,16 +102,16 @@ def grid_heatmap(v) -> bytes | None:
     from ..probe.grid import matrix, meets_slo
 
     g = v.grid
-    if not g or not g.get("cells"):
+    if g is None or not g.cells:
         return None
     z = np.array(matrix(g), dtype=float)
-    rows, cols = g["rows"], g["concurrency"]
+    rows, cols = g.rows, g.concurrency
     fig, ax = plt.subplots(figsize=(1.5 * len(cols) + 3, 0.9 * len(rows) + 1.8))
     cmap = plt.get_cmap("Greys").with_extremes(bad="white")
     top = np.nanmax(z) if np.isfinite(z).any() else 1.0
     im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, vmin=0, vmax=1.8 * top, aspect="auto")
-    cells = {(c["row"], c["concurrency"]): c for c in g["cells"]}
-    best = g.get("best") or {}
+    cells = {(c.row, c.concurrency): c for c in g.cells}
+    best = (g.best.row, g.best.concurrency) if g.best else None
     for i, r in enumerate(rows):
         for j, k in enumerate(cols):
             c = cells.get((r, k))
@@ -119,9 +119,9 @@ def grid_heatmap(v) -> bytes | None:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", color="grey", lw=0))
                 ax.text(j, i, "n/a", ha="center", va="center", fontsize=9)
                 continue
-            is_best = (r, k) == (best.get("row"), best.get("concurrency"))
-            note = "best" if is_best else (f"{c['errors']} errors" if c["errors"] else
-                                           ("" if meets_slo(c, g["slo"]) else "misses SLO"))
+            is_best = (r, k) == best
+            note = "best" if is_best else (f"{c.errors} errors" if c.errors else
+                                           ("" if meets_slo(c, g.slo) else "misses SLO"))
             ax.text(j, i, f"{z[i, j]:.1f}" + (f"\n{note}" if note else ""), ha="center", va="center",
                     fontsize=10, fontweight="bold" if is_best else "normal", color="black")
             if is_best:
@@ -129,8 +129,8 @@ def grid_heatmap(v) -> bytes | None:
     ax.set_xticks(range(len(cols)), [str(k) for k in cols])
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel("client concurrency (requests in flight)")
-    ax.set_ylabel(" x ".join(g["settings"]) + " (one server each)")
-    slo = ", ".join(f"{k} <= {val:g}" for k, val in g["slo"].items()) or "no SLO given: error-free cells"
+    ax.set_ylabel(" x ".join(g.settings) + " (one server each)")
+    slo = ", ".join(f"{k} <= {val:g}" for k, val in g.slo.items()) or "no SLO given: error-free cells"
     ax.set_title(f"{v.name}: output tokens/s; box = best under the SLOs ({slo})", fontsize=10)
     bar = fig.colorbar(im, ax=ax, label="output tokens/s", shrink=0.8)
     bar.ax.set_ylim(0, top)  # the ramp runs on past the top so that the darkest cell stays light

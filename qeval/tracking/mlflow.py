@@ -11,10 +11,12 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Mapping
 
 import pandas as pd
 
 from ..record import RunRecord
+from ..record_models import Grid
 from ..quantize.base import scheme_params
 from ..store import ResultsStore
 
@@ -51,34 +53,35 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
         if value is not None:
             m[label] = float(value)
     for suite, figures in v.distribution.items():
-        for k, value in figures.items():
+        for k, value in figures.model_dump().items():
             if isinstance(value, (int, float)) and value == value:
                 m[metric_name("dist", suite, k)] = float(value)
     for k, value in v.perf().items():
         m[metric_name("perf", k)] = value
-    if v.probe and v.probe.get("saturation_concurrency") is not None:
-        m["perf/saturation_concurrency"] = float(v.probe["saturation_concurrency"])
+    if v.probe and v.probe.saturation_concurrency is not None:
+        m["perf/saturation_concurrency"] = float(v.probe.saturation_concurrency)
     return m | grid_metrics(v.grid)
 
 
-def grid_metrics(grid: dict | None) -> dict[str, float]:
+def grid_metrics(grid: Grid | Mapping[str, Any] | None) -> dict[str, float]:
     """Per cell, grid/<row>/c_<concurrency>/<figure> (e.g. grid/mns_8/c_4/output_throughput), and the
     best cell under the SLOs as grid/best/* (its throughput, concurrency and engine settings)."""
     from ..probe.grid import CELL_METRICS, figures, metric_segment
 
     if not grid:
         return {}
+    g = Grid.model_validate(grid)  # a stored dict checked, a record's model as it is
     m: dict[str, float] = {}
-    for c in grid["cells"]:
+    for c in g.cells:
         f = figures(c)
         for k in CELL_METRICS:
             if f.get(k) is not None and f[k] == f[k]:
-                m[metric_name("grid", metric_segment(c["row"]), f"c_{c['concurrency']}", k)] = f[k]
-    best = grid.get("best")
+                m[metric_name("grid", metric_segment(c.row), f"c_{c.concurrency}", k)] = f[k]
+    best = g.best
     if best:
-        m["grid/best/output_throughput"] = float(best["output_throughput"])
-        m["grid/best/concurrency"] = float(best["concurrency"])
-        setting = next(c["setting"] for c in grid["cells"] if c["row"] == best["row"])
+        m["grid/best/output_throughput"] = float(best.output_throughput)
+        m["grid/best/concurrency"] = float(best.concurrency)
+        setting = next(c.setting for c in g.cells if c.row == best.row)
         m |= {metric_name("grid", "best", k): float(val) for k, val in setting.items()}
     return m
 
@@ -87,22 +90,22 @@ def probe_history(record: RunRecord, name: str) -> list[tuple[str, float, int]]:
     """Per-step latency figures with step = the concurrency, so the MLflow UI charts them against load."""
     v = next(x for x in record.variants if x.name == name)
     out = []
-    for s in (v.probe or {}).get("steps", []):
-        if s["kind"] != "concurrency":
+    for s in (v.probe.steps if v.probe else []):
+        if s.kind != "concurrency":
             continue
-        step = int(s["load"])
-        out += [("latency/output_throughput", s["output_throughput"], step),
-                ("latency/request_throughput", s["request_throughput"], step),
-                ("latency/client_cpu_share", s["client_cpu_share"], step)]
-        if s.get("goodput") is not None:
-            out.append(("latency/goodput", s["goodput"], step))
+        step = int(s.load)
+        out += [("latency/output_throughput", s.output_throughput, step),
+                ("latency/request_throughput", s.request_throughput, step),
+                ("latency/client_cpu_share", s.client_cpu_share, step)]
+        if s.goodput is not None:
+            out.append(("latency/goodput", s.goodput, step))
         for fam in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             for stat in ("p50", "p95", "p99"):
-                val = s[fam][stat]
+                val = getattr(getattr(s, fam), stat)
                 if val == val:  # NaN (no successful request) is not logged
                     out.append((f"latency/{fam.removesuffix('_ms')}_{stat}_ms", val, step))
         # the engine's own view of the step (its /metrics), e.g. latency/server_queue_mean_ms
-        out += [(f"latency/server_{k}", float(val), step) for k, val in (s.get("server") or {}).items() if val == val]
+        out += [(f"latency/server_{k}", float(val), step) for k, val in s.server.items() if val == val]
     return out
 
 
@@ -123,7 +126,7 @@ def _log_grid(client, run_id: str, v, run_dir: Path, tmp: Path) -> None:
 
     from ..probe.grid import table
 
-    (tmp / f"grid-{v.name}.json").write_text(json.dumps(v.grid, indent=1))
+    (tmp / f"grid-{v.name}.json").write_text(json.dumps(v.grid.model_dump(), indent=1))  # NaN as NaN, as before
     pd.DataFrame(table(v.grid)).to_parquet(tmp / f"grid-{v.name}.parquet")
     for f in (tmp / f"grid-{v.name}.json", tmp / f"grid-{v.name}.parquet", run_dir / f"grid-{v.name}.png"):
         if f.exists():

@@ -42,4 +42,4 @@ def test_gpu_campaign_bf16_vs_fp8(tmp_path):
     assert base.status == fp8.status == "ok"
     assert base.engine_gpu_bytes and fp8.engine_gpu_bytes  # through NVML
     assert fp8.model_memory_bytes < 0.75 * base.model_memory_bytes  # FP8 linear layers, bf16 embeddings
-    assert 0 <= fp8.distribution["logprobs/pydoc"]["kl_mean"] < 0.5
+    assert 0 <= fp8.distribution["logprobs/pydoc"].kl_mean < 0.5

@@ -43,26 +43,26 @@ def test_grid_on_two_servers_then_resumed(server, settings, base_model, tmp_path
     run_dir = tmp_path / "runs" / "grid"
     bf16 = res.record.variants[0]
     g = bf16.grid
-    assert g["rows"] == ["mns=1", "mns=4"] and g["concurrency"] == [1, 4] and not g["errors"]
-    assert g["served"]["mns=4"]["on_server"] and not g["served"]["mns=1"]["on_server"]
-    assert g["served"]["mns=1"]["startup_seconds"] > 0
+    assert g.rows == ["mns=1", "mns=4"] and g.concurrency == [1, 4] and not g.errors
+    assert g.served["mns=4"].on_server and not g.served["mns=1"].on_server
+    assert g.served["mns=1"].startup_seconds > 0
     assert res.record.variants[1].grid is None  # external: not in the grid
-    cells = {(c["row"], c["concurrency"]): c for c in g["cells"]}
+    cells = {(c.row, c.concurrency): c for c in g.cells}
     assert len(cells) == 4
     for c in cells.values():
-        assert c["errors"] == 0 and c["requests"] == 8 and c["output_throughput"] > 0
-        assert c["ttft_ms"]["p95"] > 0 and c["tpot_ms"]["p99"] > 0
-        assert c["memory"]["rss_bytes"] > 2**27 and c["memory"]["kv_cache_bytes"] == 2**30
-        assert c["server"]["requests"] == 8, c["server_note"]  # the server's own count of the cell's requests
+        assert c.errors == 0 and c.requests == 8 and c.output_throughput > 0
+        assert c.ttft_ms.p95 > 0 and c.tpot_ms.p99 > 0
+        assert c.memory.rss_bytes > 2**27 and c.memory.kv_cache_bytes == 2**30
+        assert c.server["requests"] == 8, c.server_note  # the server's own count of the cell's requests
     one, four = cells[("mns=1", 4)], cells[("mns=4", 4)]
     # the setting took effect: one sequence at a time makes the other three wait in the server's queue
-    assert one["server"]["queue_mean_ms"] > 2 * four["server"]["queue_mean_ms"]
-    assert four["output_throughput"] > one["output_throughput"]
-    if "running_max" in one["server"]:  # read during the cell (every 0.5 s)
-        assert one["server"]["running_max"] <= 1
-    best = max(cells.values(), key=lambda c: c["output_throughput"])  # the SLO is loose: the fastest cell
-    assert g["best"] == {"row": best["row"], "concurrency": best["concurrency"],
-                         "output_throughput": best["output_throughput"]}
+    assert one.server["queue_mean_ms"] > 2 * four.server["queue_mean_ms"]
+    assert four.output_throughput > one.output_throughput
+    if "running_max" in one.server:  # read during the cell (every 0.5 s)
+        assert one.server["running_max"] <= 1
+    best = max(cells.values(), key=lambda c: c.output_throughput)  # the SLO is loose: the fastest cell
+    assert g.best.model_dump() == {"row": best.row, "concurrency": best.concurrency,
+                                  "output_throughput": best.output_throughput}
     # the views: the heat map file, the report, MLflow (the run's SQLite store)
     assert (run_dir / "grid-bf16.png").read_bytes()[:4] == b"\x89PNG"
     assert "## Batch size x concurrency" in (run_dir / "report.md").read_text()
@@ -72,7 +72,7 @@ def test_grid_on_two_servers_then_resumed(server, settings, base_model, tmp_path
     client = MlflowClient(res.record.tracking["tracking_uri"])
     child = next(r for r in client.search_runs([res.record.tracking["experiment_id"]])
                  if r.info.run_name == "bf16")
-    assert child.data.metrics["grid/mns_4/c_4/output_throughput"] == pytest.approx(four["output_throughput"])
+    assert child.data.metrics["grid/mns_4/c_4/output_throughput"] == pytest.approx(four.output_throughput)
     assert child.data.metrics["grid/best/max_num_seqs"] in (1, 4)
     assert {a.path for a in client.list_artifacts(child.info.run_id, "grid")} == {
         "grid/grid-bf16.json", "grid/grid-bf16.parquet", "grid/grid-bf16.png"}
@@ -84,8 +84,8 @@ def test_grid_on_two_servers_then_resumed(server, settings, base_model, tmp_path
     lost.unlink()
     again = run(cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"enabled": False})}), settings)
     g2 = again.record.variants[0].grid
-    assert len(g2["cells"]) == 4 and g2["served"]["mns=1"]["startup_seconds"] > 0
+    assert len(g2.cells) == 4 and g2.served["mns=1"].startup_seconds > 0
     assert {p: p.stat().st_mtime_ns for p in rows if p != lost} == {p: t for p, t in rows.items() if p != lost}
-    assert [c for c in g2["cells"] if c["row"] == "mns=4"] == [c for c in g["cells"] if c["row"] == "mns=4"]
+    assert [c for c in g2.cells if c.row == "mns=4"] == [c for c in g.cells if c.row == "mns=4"]
     # the evaluation's server was not started again: its start-up figure is the first run's, kept
     assert again.record.variants[0].startup_seconds == res.record.variants[0].startup_seconds > 0

@@ -1,0 +1,146 @@
+"""The run record's measurements as typed models: the latency probe, the batch size x concurrency grid, the
+next-token distributions. Field names and order are the producers' (probe/latency.py StepSummary and
+ProbeResult.to_json, probe/grid.py cell and assemble, pipeline/judge.py distribution), so the record's JSON
+holds their data as they wrote it.
+
+A float the record saved as NaN (a step with no timed request, a distribution of no tokens) reads back as
+None: pydantic writes NaN and infinity as null.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Num = int | float  # kept as given: a concurrency is an int, a request rate a float
+Figure = float | None  # None: a NaN read back from the record, or not measured (TGI's top-1)
+
+
+class RecordModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Percentiles(RecordModel):
+    """A latency's mean and percentiles in ms (probe/analysis.py Dist.as_dict)."""
+
+    mean: Figure
+    p50: Figure
+    p90: Figure
+    p95: Figure
+    p99: Figure
+
+
+class ProbeStep(RecordModel):
+    """One load step of the latency probe (probe/latency.py StepSummary)."""
+
+    kind: Literal["concurrency", "rate"]
+    load: Num
+    requests: int
+    errors: int
+    wall_s: float
+    request_throughput: float
+    output_throughput: float
+    client_cpu_share: float
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    server: dict[str, Figure] = {}  # the engine's /metrics over the step; records before it have none
+    server_note: str = ""
+    goodput: float | None = None
+
+
+class Probe(RecordModel):
+    """The latency sweep (probe/latency.py ProbeResult.to_json)."""
+
+    steps: list[ProbeStep]
+    saturation_concurrency: Num | None
+    max_concurrency_within_slo: Num | None
+
+
+class CellMemory(RecordModel):
+    """The engine's memory right after a grid cell (engines/base.py EngineMemory)."""
+
+    rss_bytes: int | None = None
+    gpu_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    model_bytes: int | None = None
+
+
+class GridCell(RecordModel):
+    """One grid cell (probe/grid.py cell): a probe step on one engine setting, and the engine's memory."""
+
+    row: str
+    setting: dict[str, Num]
+    concurrency: int
+    requests: int
+    errors: int
+    wall_s: float
+    request_throughput: float
+    output_throughput: float
+    client_cpu_share: float
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    server: dict[str, Figure] = {}
+    server_note: str = ""
+    goodput: float | None = None
+    memory: CellMemory
+
+
+class RowServed(RecordModel):
+    """How a grid row was served: on the evaluation's server, or on its own (started in so many seconds)."""
+
+    on_server: bool | None
+    startup_seconds: float | None
+
+
+class BestCell(RecordModel):
+    row: str
+    concurrency: int
+    output_throughput: float
+
+
+class Grid(RecordModel):
+    """Batch size x concurrency (probe/grid.py assemble)."""
+
+    settings: list[str]
+    rows: list[str]
+    concurrency: list[int]
+    slo: dict[str, float]
+    served: dict[str, RowServed]
+    errors: dict[str, str]  # row label -> why it has no cells
+    cells: list[GridCell]
+    best: BestCell | None  # the most output tokens/s under the SLOs
+
+
+class Distribution(RecordModel):
+    """A variant's next-token distributions against the baseline's on one logprobs suite
+    (stats/distribution.py DistSummary, and what pipeline/judge.py adds). A TGI side has no top-1 figures."""
+
+    tokens: int
+    kl_mean: Figure
+    kl_median: Figure
+    kl_p95: Figure
+    kl_p99: Figure
+    top1_agreement: Figure
+    delta_p_mean: Figure
+    delta_p_median: Figure
+    delta_p_p01: Figure
+    delta_p_p05: Figure
+    delta_p_p95: Figure
+    delta_p_p99: Figure
+    perplexity: Figure
+    mismatched_chunks: int
+    chunks: int
+    method: str
+
+
+class BaselineDistribution(RecordModel):
+    """The baseline's own figures on a logprobs suite: nothing to compare it with."""
+
+    perplexity: Figure
+    chunks: int
