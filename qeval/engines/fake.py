@@ -30,8 +30,9 @@ from .vllm import METRICS, VllmEngine, vllm_progress
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..config import EngineSpec, VariantSpec
     from ..settings import Settings
+    from .base import ServedVariant
+    from .spec import EngineSpec
 
 SERVER = Path(__file__).with_name("fake_server.py")
 SPEC_KEY = "qeval_fake"  # the config.json entry that holds a fake checkpoint's FakeEngineSpec
@@ -97,7 +98,7 @@ class FakeEngine(VllmEngine):
                                 memory=("rss_bytes",))
     health_poll_s = 0.02
 
-    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+    def __init__(self, *, variant: "ServedVariant", checkpoint: Path | None, spec: "EngineSpec",
                  settings: "Settings", log_dir: Path):
         super().__init__(variant=variant, checkpoint=checkpoint, spec=spec, settings=settings, log_dir=log_dir)
         self.fake = read_spec(self.checkpoint)
