@@ -151,7 +151,9 @@ class Faults:
                     print(f"fake: {what} after {limit} requests", flush=True)
                     if what == "die":
                         os._exit(17)
-                    os.kill(os.getpid(), signal.SIGSTOP)  # as a stopped server: connections open, no answer
+                    # as a stopped server: connections open, no answer. Sent to this thread: a process-wide
+                    # SIGSTOP may be taken by another thread, and until it is this one would answer its request
+                    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
     def done(self) -> None:
         with self.cond:

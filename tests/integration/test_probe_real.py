@@ -47,5 +47,7 @@ def test_server_view_of_each_step(server):
             assert 0 <= f["running_max"] <= (s.load if s.kind == "concurrency" else s.requests)
             assert 0 <= f["kv_cache_usage_max"] < 1 and f["waiting_max"] >= 0
         assert s.flat()["server_ttft_mean_ms"] == f["ttft_mean_ms"]  # reaches MLflow through flat()
-    c4 = res.steps[1]
-    assert c4.server.get("running_max", 0) >= 2  # four in flight for seconds: the gauge saw a batch
+    # four in flight for seconds (c=4), up to eight (4/s): a gauge read saw a batch. Either step may miss
+    # it (a CI run once saw none in its c=4 step), both together not
+    seen = {s.load: s.server.get("running_max") for s in res.steps[1:]}
+    assert max(v or 0 for v in seen.values()) >= 2, seen
