@@ -116,6 +116,21 @@ class ResultsStore:
         row = cur.fetchone()
         return row is not None and len(self.done_ids(variant_key, suite_key)) >= row[0]
 
+    def n_items(self, variant_key: str, suite_key: str) -> int | None:
+        row = self._db.execute("SELECT n_items FROM completions WHERE variant_key=? AND suite_key=?",
+                               (variant_key, suite_key)).fetchone()
+        return row[0] if row else None
+
+    def progress(self, variant: str) -> tuple[dict[tuple[str, str], set[str]], set[tuple[str, str]]]:
+        """What is stored under a variant name: per (variant key, suite key) its item ids, and the keys whose
+        suite is complete (as is_complete judges it)."""
+        done: dict[tuple[str, str], set[str]] = {}
+        for vk, sk, item in self._db.execute("SELECT variant_key, suite_key, item_id FROM records WHERE variant=?",
+                                             (variant,)):
+            done.setdefault((vk, sk), set()).add(item)
+        complete = {k for k, ids in done.items() if (n := self.n_items(*k)) is not None and len(ids) >= n}
+        return done, complete
+
     def keys_written_since(self, variant: str, since: float) -> list[str]:
         """The variant keys that records under this variant name were written to since `since` (epoch
         seconds), newest first: how `qeval finish` finds a variant that was cut before its record was."""

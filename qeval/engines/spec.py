@@ -45,7 +45,12 @@ class EngineSpec(Kinded):
         defaults: dict[str, Any] = {}
         for model in _BUILT_IN.values():
             defaults |= model.model_construct().model_dump(mode="json")
-        return defaults | self.model_dump(mode="json")
+        form = defaults | self.model_dump(mode="json")
+        # knobs added since: out of the hash at their default, so campaigns written before still resume
+        return {k: v for k, v in form.items() if NEWER_KNOBS.get(k, object()) != v}
+
+
+NEWER_KNOBS: dict[str, Any] = {"tensor_parallel_size": 1}
 
 
 class ServerSpec(EngineSpec):
@@ -75,6 +80,8 @@ class VllmSpec(ServerSpec):
     max_num_seqs: int | None = Field(None, gt=0)
     max_num_batched_tokens: int | None = Field(None, gt=0)  # vLLM's token budget per scheduler step
     quantization: str | None = None  # vLLM's --quantization (set by method fp8-online; rarely by hand)
+    # GPUs one server spans (vLLM's --tensor-parallel-size); the ray executor reserves that many on one node
+    tensor_parallel_size: int = Field(1, ge=1)
 
     @model_validator(mode="before")
     @classmethod

@@ -130,6 +130,8 @@ class VllmEngine:
             argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
         if s.quantization:
             argv += ["--quantization", s.quantization]
+        if s.tensor_parallel_size > 1:  # its own worker processes: inside a Ray task, Ray would nest placement
+            argv += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--distributed-executor-backend", "mp"]
         if s.trust_remote_code:  # only when the campaign's model entry turned it on
             argv.append("--trust-remote-code")
         return argv + list(s.extra_args)

@@ -138,6 +138,8 @@ class Campaign:
         p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
         plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
         selected = self._selected(only)
+        executor = make_executor(cfg.executor, max_seconds)
+        executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written
         self.run_dir.mkdir(parents=True, exist_ok=True)
         earlier = earlier_variants(self.record_path) if selected is not None else {}
         prior = prior_run(self.record_path)
@@ -169,7 +171,7 @@ class Campaign:
 
             shared = self.settings.records if self.settings.share_records else None
             with StoreSink(store, begun, shared) as sink:
-                for out in make_executor(cfg.executor, max_seconds).run(todo, self.run_dir, sink, self.reporter):
+                for out in executor.run(todo, self.run_dir, sink, self.reporter):
                     if out.status == "ok":
                         keys[out.name] = out.key
                     self._place(record, self._result(by_name[out.name], out, store, facts))

@@ -43,6 +43,11 @@ class Executor(Protocol):
 
     def __init__(self, spec: ExecutorSpec, max_seconds: float | None = None) -> None: ...
 
+    def check(self, plans: Sequence["VariantPlan"]) -> None:
+        """Refuse, before anything is written, what this executor cannot run (ConfigError; QevalError when
+        where it runs cannot be reached)."""
+        ...
+
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
         """Each plan's outcome, as it finishes. The first plan is the baseline."""
@@ -58,6 +63,9 @@ class LocalExecutor:
 
     def __init__(self, spec: ExecutorSpec | None = None, max_seconds: float | None = None):
         self.spec, self.max_seconds = spec or LocalExecutorSpec(), max_seconds
+
+    def check(self, plans: Sequence["VariantPlan"]) -> None:
+        pass  # this machine runs whatever the plan step accepted
 
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
@@ -76,3 +84,6 @@ class LocalExecutor:
 
 def make_executor(spec: ExecutorSpec, max_seconds: float | None = None) -> Executor:
     return EXECUTORS.get(spec.kind)(spec, max_seconds)
+
+
+from . import ray_exec  # noqa: E402,F401  (registers "ray"; Ray itself is imported only when it runs)

@@ -134,7 +134,9 @@ def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint
            "env": runtime_for(settings, spec.kind).name, "max_model_len": spec.max_model_len}
     # only where set, so that stores written before these knobs existed still resume
     key |= {k: getattr(spec, k) for k in ("quantization", "max_num_seqs", "max_num_batched_tokens")
-            if getattr(spec, k)}
+            if getattr(spec, k, None)}
+    # GPU kernels reduce in another order across tensor-parallel ranks: a different result
+    key |= {"tp": tp} if (tp := getattr(spec, "tensor_parallel_size", 1)) > 1 else {}
     key |= {"device": spec.device} if spec.device != "cpu" else {}
     return "ckpt:" + stable_hash(key)
 

@@ -7,9 +7,12 @@ once (processes, machines) can report through one writer.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkable
 
 from ..store import Record, ResultsStore
+
+if TYPE_CHECKING:
+    from .remote import Stored
 
 
 @runtime_checkable
@@ -31,6 +34,12 @@ class RecordSink(Protocol):
     def begin(self, started: "object") -> None:
         """The variant has something to run under its key (a VariantOutcome with status "partial")."""
         ...
+
+
+class StoredSink(RecordSink, Protocol):
+    """A sink that can also say what it holds of a variant: what a unit of work run elsewhere starts from."""
+
+    def stored(self, variant: str) -> "Stored": ...
 
 
 class StoreSink:
@@ -71,3 +80,8 @@ class StoreSink:
 
     def begin(self, started: object) -> None:
         self.on_begin(started)
+
+    def stored(self, variant: str) -> "Stored":
+        from .remote import Stored
+
+        return Stored.of(self.store, variant)

@@ -1,0 +1,293 @@
+"""The `ray` executor: each variant is a Ray task on an existing cluster (or one started here), run in parallel.
+
+Placement, node loss and GPU isolation are Ray's; qeval writes no scheduler. Each task asks what its
+variant needs (CPUs, `tensor_parallel_size` GPUs on one node or a fraction of one, custom resources),
+runs `run_variant` on its node with that node's own cache and workspace, and streams its records back
+(remote.py); this driver, the only writer of the store and run.json, merges them as they arrive. A task
+whose worker or node is lost is run again (bounded) from what was merged: nothing lost, nothing twice.
+No shared filesystem is assumed: probe, grid and log files travel with the stream.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+from pydantic import Field
+
+from ..errors import ConfigError, MissingEnvError, QevalError
+from .executor import EXECUTORS, ExecutorSpec
+
+if TYPE_CHECKING:
+    from ..progress import Reporter
+    from .plan import VariantPlan
+    from .sink import StoredSink
+    from .variant import VariantOutcome
+
+TO_DRIVER = ("probe", "grid")  # the driver's files a worker reads to skip what is done (never its logs)
+
+
+class RayExecutorSpec(ExecutorSpec):
+    kind: Literal["ray"] = "ray"  # type: ignore[assignment]
+    # "auto": the cluster RAY_ADDRESS names, else the one running on this machine; "local": start one here
+    # for this run (bound to 127.0.0.1); else the head's "host:port" or a "ray://host:port" client address
+    address: str = "auto"
+    num_cpus: float = Field(1, gt=0)  # per variant
+    # per variant on a GPU engine: a share of one GPU, to pack small models (the engine's
+    # gpu_memory_utilization must fit in it); unset: the engine's tensor_parallel_size whole GPUs
+    gpu_fraction: float | None = Field(None, gt=0, le=1)
+    resources: dict[str, float] = {}  # custom resources (node labels) every variant's task asks for
+    max_retries: int = Field(2, ge=0)  # runs again of a variant whose worker or node was lost
+    object_store_mb: int = Field(128, ge=80)  # `local` only: Ray's object store (records are small)
+
+
+@dataclass(frozen=True)
+class Demand:
+    num_cpus: float
+    num_gpus: float
+    resources: dict[str, float]
+
+    def as_dict(self) -> dict[str, float]:
+        return {"CPU": self.num_cpus, **({"GPU": self.num_gpus} if self.num_gpus else {}), **self.resources}
+
+
+@dataclass(frozen=True)
+class Placed:
+    node: str  # where the task runs: "<ip> <node id prefix>"
+
+
+def _custom(resource: str) -> bool:
+    """A resource a node was given by name (a label such as `gpu_box`), not one Ray counts itself."""
+    return resource not in ("CPU", "GPU", "memory", "object_store_memory") and not resource.startswith(
+        ("node:", "accelerator_type:"))
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise MissingEnvError("Ray (the `ray` executor)", "this Python", hint="pip install 'qeval[ray]'") from None
+    return ray
+
+
+def _reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as e:
+        where = address if target == address else f"{address} (RAY_ADDRESS={target})"
+        raise QevalError(f"no Ray cluster reachable at {where}: {e}") from None
+
+
+def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float) -> Iterator[Any]:
+    """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream."""
+    from .remote import Done, variant_stream
+    from .variant import VariantOutcome
+
+    ray = _ray()
+    ctx = ray.get_runtime_context()
+    me = ctx.get_node_id()
+    labels = sorted(k for n in ray.nodes() if n["NodeID"] == me for k in n["Resources"] if _custom(k))
+    yield Placed(f"{socket.gethostname()} node {me[:8]}" + (f" ({', '.join(labels)})" if labels else ""))
+    if gpus >= 1:  # whole GPUs: the engine must see exactly the ones Ray gave this task
+        seen = ray.get_gpu_ids()
+        if len(seen) != int(gpus):
+            yield Done(VariantOutcome(name=plan.name, status="error", error=(
+                f"the task was given {len(seen)} GPU(s) {seen}, the engine needs {int(gpus)} "
+                "(tensor_parallel_size)")), {})
+            return
+    yield from variant_stream(plan, stored, files)
+
+
+def _pump(ray, gen, tag: tuple[str, int], q: queue.Queue) -> None:
+    """Move one task's stream into the driver's queue; its end, or how it failed, last."""
+    try:
+        for ref in gen:
+            q.put((tag, ray.get(ref)))
+        q.put((tag, None))
+    except Exception as e:  # noqa: BLE001 (Ray's errors: a lost worker or node, or the task's own fault)
+        q.put((tag, e))
+
+
+@EXECUTORS.register("ray")
+class RayExecutor:
+    """Variants as Ray tasks, all submitted at once; outcomes in the order they finish."""
+
+    Spec = RayExecutorSpec
+
+    def __init__(self, spec: ExecutorSpec | None = None, max_seconds: float | None = None):
+        self.spec: RayExecutorSpec = spec if isinstance(spec, RayExecutorSpec) else RayExecutorSpec()
+        self.max_seconds = max_seconds
+        self._ray, self._own = None, False  # connected by check(), let go after run()
+
+    # -- what each variant asks -------------------------------------------------------------
+    def demand(self, plan: "VariantPlan") -> Demand:
+        s, e = self.spec, plan.engine
+        gpu = getattr(e, "device", "cpu") == "gpu" and not plan.external
+        tp = getattr(e, "tensor_parallel_size", 1)
+        if gpu and s.gpu_fraction is not None:
+            if tp > 1:
+                raise ConfigError(f"variant {plan.name}: gpu_fraction packs variants on one GPU; its engine's "
+                                  f"tensor_parallel_size is {tp}", where="executor.gpu_fraction")
+            util = getattr(e, "gpu_memory_utilization", None)
+            if util is None or util > s.gpu_fraction:
+                raise ConfigError(f"variant {plan.name}: with gpu_fraction {s.gpu_fraction} its engine's "
+                                  f"gpu_memory_utilization must be set, at most {s.gpu_fraction} (it is {util})",
+                                  where="engine.gpu_memory_utilization")
+        gpus = (s.gpu_fraction or tp) if gpu else 0
+        return Demand(s.num_cpus, gpus, dict(s.resources))
+
+    def _check_fits(self, ray, demands: dict[str, Demand]) -> None:
+        """A variant no node can hold would wait forever: refused before anything is submitted."""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        for name, d in demands.items():
+            need = d.as_dict()
+            if not any(all(n["Resources"].get(k, 0) >= v for k, v in need.items()) for n in nodes):
+                have = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n["Resources"].items())
+                                           if k in ("CPU", "GPU") or _custom(k)) for n in nodes) or "no live node"
+                raise ConfigError(f"variant {name} needs {', '.join(f'{k} {v:g}' for k, v in need.items())} on "
+                                  f"one node; no node of the Ray cluster at {self.spec.address} has that "
+                                  f"(nodes: {have})", where="executor")
+
+    # -- the cluster --------------------------------------------------------------------------
+    def check(self, plans: Sequence["VariantPlan"]) -> None:
+        """Before anything is written: each variant's demand valid, the cluster reached, some node able to hold it."""
+        demands = {p.name: self.demand(p) for p in plans}
+        if self._ray is None:
+            self._ray, self._own = self._connect()
+        try:
+            self._check_fits(self._ray, demands)
+        except BaseException:
+            self._let_go()
+            raise
+
+    def _let_go(self) -> None:
+        if self._own and self._ray is not None:
+            self._ray.shutdown()
+        self._ray = None
+
+    def _connect(self):
+        """Connect (or start `local`); returns ray and whether this run must shut it down."""
+        ray = _ray()
+        if ray.is_initialized():  # a notebook's own connection: used, left as it is
+            return ray, False
+        address = self.spec.address
+        target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+        if target not in ("", "local") and not target.startswith("ray://"):
+            _reachable(target, address)  # Ray itself retries an absent head for minutes
+        try:
+            if address == "local":
+                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                         object_store_memory=self.spec.object_store_mb << 20, configure_logging=False)
+            else:
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise QevalError(f"no Ray cluster reachable at {address!r}: {str(e).splitlines()[0]}") from None
+        return ray, True
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "StoredSink",
+            reporter: "Reporter") -> Iterator["VariantOutcome"]:
+        try:
+            self.check(plans)
+            yield from self._dispatch(self._ray, plans, {p.name: self.demand(p) for p in plans}, workspace, sink,
+                                      reporter)
+        finally:
+            self._let_go()
+
+    def _dispatch(self, ray, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+        from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
+        from .variant import VariantOutcome
+
+        task = ray.remote(variant_task)
+        q: queue.Queue = queue.Queue()
+        by_name = {p.name: p for p in plans}
+        attempt: dict[str, int] = {}
+        gens: dict[str, Any] = {}
+        node: dict[str, str] = {}
+
+        def submit(p: "VariantPlan") -> None:
+            attempt[p.name] = attempt.get(p.name, 0) + 1
+            d = demands[p.name]
+            # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
+            gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
+                               resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
+                p, sink.stored(p.name), shipped_files(workspace, TO_DRIVER), d.num_gpus)
+            gens[p.name] = gen
+            threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
+                             name=f"qeval-ray-{p.name}").start()
+
+        for p in plans:
+            submit(p)
+        left = set(by_name)
+        t0 = time.monotonic()
+        while left:
+            try:
+                (name, n), msg = q.get(timeout=1.0)
+            except queue.Empty:
+                yield from self._over_budget(ray, t0, left, node, gens, by_name, attempt, reporter)
+                continue
+            if name not in left or n != attempt[name]:
+                continue  # what a lost attempt still sent, or a variant already settled
+            where = node.get(name, "")
+            if isinstance(msg, Placed):
+                node[name] = msg.node
+                reporter.log(f"[{name}] running on {msg.node}" + (f" (attempt {n})" if n > 1 else ""))
+            elif isinstance(msg, Log):
+                reporter.log(msg.text)
+            elif isinstance(msg, Stage):
+                reporter.log(f"{msg.text} ... [{where}]")
+            elif isinstance(msg, Begin):
+                sink.begin(msg.started)
+            elif isinstance(msg, Put):
+                sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
+            elif isinstance(msg, Complete):
+                sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
+            elif isinstance(msg, Done):
+                unpack(msg.files, workspace)
+                left.discard(name)
+                yield msg.outcome
+            elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
+                left.discard(name)
+                yield VariantOutcome(name=name, status="error", error="its Ray task ended without an outcome")
+            elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
+                left.discard(name)
+                error = f"its Ray task failed on {where or 'a worker'}: {str(msg.cause or msg).splitlines()[0]}"
+                reporter.log(f"[{name}] NOT EVALUATED: {error}")
+                yield VariantOutcome(name=name, status="error", error=error)
+            elif isinstance(msg, Exception):  # its worker or node was lost
+                why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
+                if n <= self.spec.max_retries:
+                    reporter.log(f"[{name}] lost its worker on {where or 'a node'} ({why}); run again "
+                                 f"({n} of {self.spec.max_retries}), resuming from the merged records")
+                    node.pop(name, None)
+                    submit(by_name[name])
+                else:
+                    left.discard(name)
+                    error = f"lost its worker {n} times, the last on {where or 'a node'} ({why})"
+                    reporter.log(f"[{name}] NOT EVALUATED: {error}")
+                    yield VariantOutcome(name=name, status="error", error=error)
+
+    def _over_budget(self, ray, t0, left, node, gens, by_name, attempt, reporter) -> Iterator["VariantOutcome"]:
+        """Past max_seconds, variants not yet placed on a node are not started (as the local executor does)."""
+        from .variant import VariantOutcome
+
+        if self.max_seconds is None or time.monotonic() - t0 <= self.max_seconds:
+            return
+        for name in sorted(left - set(node)):
+            if by_name[name].role != "variant":
+                continue
+            ray.cancel(gens[name], force=True)
+            left.discard(name)
+            attempt[name] = -1
+            error = (f"not started: the run's time budget ({self.max_seconds:.0f} s) was spent; run the same "
+                     "command again to resume")
+            reporter.log(f"[{name}] NOT EVALUATED: {error}")
+            yield VariantOutcome(name=name, status="skipped", error=error)

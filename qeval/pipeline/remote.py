@@ -1,0 +1,216 @@
+"""A variant's run where the driver is not: its records and notices become a stream of messages.
+
+What runs on a worker node (a Ray task) is `run_variant` itself, with a sink and a reporter that send
+everything to the driver as it happens: the driver, the only writer of the campaign's store, merges the
+records (content-keyed, INSERT OR IGNORE) as they arrive, so a worker lost mid-variant loses nothing
+that was sent, and its retry starts from what the driver holds (`Stored`, shipped with the task).
+Nothing here imports Ray: the stream is plain Python, and the executor carries it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Union
+
+from ..settings import Settings
+from ..store import Record, ResultsStore
+from .plan import VariantPlan
+from .variant import VariantOutcome, run_variant
+
+# what a worker sends back besides records: the variant's files the driver keeps in its run folder
+SHIPPED = ("probe", "grid", "logs")
+MAX_SHIPPED_BYTES = 64 << 20  # per file: an engine log past this is cut to its tail
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the driver's store holds of one variant: per (variant key, suite key), the item ids, and the
+    keys whose suite is complete. A unit of work that runs elsewhere resumes from it."""
+
+    done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    complete: frozenset[tuple[str, str]] = frozenset()
+
+    @classmethod
+    def of(cls, store: ResultsStore, variant: str) -> "Stored":
+        done, complete = store.progress(variant)
+        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete))
+
+
+@dataclass(frozen=True)
+class Log:
+    text: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    text: str  # a step began: "[variant] latency probe ..."
+
+
+@dataclass(frozen=True)
+class Begin:
+    started: VariantOutcome
+
+
+@dataclass(frozen=True)
+class Put:
+    vkey: str
+    skey: str
+    variant: str
+    suite: str
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True)
+class Complete:
+    vkey: str
+    skey: str
+    n_items: int
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: VariantOutcome
+    files: dict[str, bytes]  # relative to the workspace: the probe, grid rows, logs
+
+
+Message = Union[Log, Stage, Begin, Put, Complete, Done]
+
+
+class StreamSink:
+    """RecordSink on a worker: reads its own keys from what the driver held when the task began plus what
+    it has sent since; every write is a message. Whole suites another campaign stored on this node's shared
+    store are sent as records too (the driver's own shared store is read by the driver)."""
+
+    def __init__(self, stored: Stored, emit: Callable[[Message], None], shared: Path | None = None):
+        self.emit, self.shared = emit, shared
+        self.done = {k: set(v) for k, v in stored.done.items()}
+        self.complete = set(stored.complete)
+
+    def done_ids(self, vkey: str, skey: str) -> set[str]:
+        return set(self.done.get((vkey, skey), ()))
+
+    def is_complete(self, vkey: str, skey: str) -> bool:
+        return (vkey, skey) in self.complete
+
+    def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
+        if self.shared is None or not self.shared.exists():
+            return 0
+        with ResultsStore(self.shared) as shared:
+            if not shared.is_complete(vkey, skey):
+                return 0
+            records = shared.records(vkey, skey)
+            n_items = shared.n_items(vkey, skey)
+        self.put(vkey, skey, variant, suite, records)
+        self.mark_complete(vkey, skey, n_items)
+        return len(records)
+
+    def put(self, vkey: str, skey: str, variant: str, suite: str, records: Iterable[Record]) -> None:
+        recs = tuple(records)
+        self.done.setdefault((vkey, skey), set()).update(r.item_id for r in recs)
+        self.emit(Put(vkey, skey, variant, suite, recs))
+
+    def mark_complete(self, vkey: str, skey: str, n_items: int) -> None:
+        self.complete.add((vkey, skey))
+        self.emit(Complete(vkey, skey, n_items))
+
+    def begin(self, started: object) -> None:
+        self.emit(Begin(started))  # type: ignore[arg-type]
+
+
+class StreamReporter:
+    """Reporter on a worker: log lines and the start of each step go to the driver."""
+
+    def __init__(self, emit: Callable[[Message], None]):
+        self.emit = emit
+
+    def log(self, message: str) -> None:
+        self.emit(Log(message))
+
+    @contextmanager
+    def step(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+        t0 = time.monotonic()
+        self.emit(Stage(description))
+        yield lambda n=1: None
+        self.emit(Log(f"{description}: done in {time.monotonic() - t0:.0f} s"))
+
+
+def on_node(plan: VariantPlan, settings: Settings) -> VariantPlan:
+    """The plan as this node runs it: its own settings (cache, engine builds, shared store), and the base
+    checkpoint under its own models folder where the driver's was under the driver's."""
+    base = plan.suites.base_checkpoint
+    if base.is_relative_to(plan.settings.models):
+        base = settings.models / base.relative_to(plan.settings.models)
+    return dataclasses.replace(plan, settings=settings, suites=dataclasses.replace(plan.suites, base_checkpoint=base))
+
+
+def shipped_files(workspace: Path, tops: tuple[str, ...] = SHIPPED) -> dict[str, bytes]:
+    """The files under `tops` of a workspace, to write into another (logs cut to their last MAX_SHIPPED_BYTES)."""
+    out: dict[str, bytes] = {}
+    for top in tops:
+        for p in sorted((workspace / top).rglob("*")):
+            if p.is_file():
+                size = p.stat().st_size
+                with p.open("rb") as f:
+                    f.seek(max(0, size - MAX_SHIPPED_BYTES))
+                    out[str(p.relative_to(workspace))] = f.read()
+    return out
+
+
+def unpack(files: dict[str, bytes], workspace: Path) -> None:
+    """Write shipped files under `workspace`, each atomically (a reader never sees half a probe)."""
+    for rel, data in files.items():
+        dst = workspace / rel
+        if not dst.resolve().is_relative_to(workspace.resolve()):
+            raise ValueError(f"a shipped file points outside the workspace: {rel}")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".part")
+        tmp.write_bytes(data)
+        tmp.replace(dst)
+
+
+_END = object()
+
+
+def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes],
+                   settings: Settings | None = None, workspace: Path | None = None) -> Iterator[Message]:
+    """Run one variant on this node and yield what it produces, as it produces it; the last message is
+    Done. `files`: the driver's probe and grid files, so what is done is not redone. The workspace is the
+    node's own (a fresh temporary folder unless given) and is removed afterwards."""
+    settings = settings or Settings.from_env()
+    plan = on_node(plan, settings)
+    own = workspace is None
+    ws = Path(tempfile.mkdtemp(prefix=f"qeval-{plan.name}-")) if own else workspace
+    unpack(files, ws)
+    q: queue.Queue = queue.Queue()
+    sink = StreamSink(stored, q.put, settings.records if settings.share_records else None)
+    result: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put))
+        except BaseException as e:  # an unexpected fault travels to the driver as the task's error
+            result["error"] = e
+        finally:
+            q.put(_END)
+
+    # run_variant calls the sink from deep inside the suites; the thread lets this generator yield meanwhile
+    t = threading.Thread(target=work, name=f"qeval-{plan.name}", daemon=True)
+    t.start()
+    try:
+        while (msg := q.get()) is not _END:
+            yield msg
+        t.join()
+        if "error" in result:
+            raise result["error"]  # type: ignore[misc]
+        yield Done(result["outcome"], shipped_files(ws))  # type: ignore[arg-type]
+    finally:
+        if own:
+            shutil.rmtree(ws, ignore_errors=True)

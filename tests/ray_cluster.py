@@ -1,0 +1,171 @@
+"""A real Ray cluster of two nodes on this machine, for the tests: a head and a worker, each a separate
+`ray start --block` process with its own temporary folder, its own qeval cache (so no worker reads the
+other's, nor the driver's run folder) and a custom resource naming it. Small for a 2-core machine:
+one CPU each, a small object store, no dashboard.
+
+Ray binds every node to the address it finds for the machine, never to loopback when it has another
+interface (it rewrites 127.0.0.1 to that), and refuses several nodes when told to use loopback. So the
+cluster lives in a network namespace of its own that has only loopback (`unshare -n`): there, 127.0.0.1
+is the only address, and nothing Ray starts is reachable from outside it. Whatever talks to the cluster
+(the driver, `ray status`) is started inside it through `run_prefix`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import MARK, marked, wait_gone
+
+RAY = Path(sys.executable).with_name("ray")
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class Netns:
+    """A network namespace with loopback only, held open by a sleeping process (started in its own group)."""
+
+    def __init__(self) -> None:
+        self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 86400"],
+                                       start_new_session=True)
+        deadline = time.monotonic() + 10
+        while True:
+            r = subprocess.run([*self.prefix, "ip", "-o", "link", "show", "lo"], capture_output=True, text=True)
+            if r.returncode == 0 and "UP" in r.stdout.split(">")[0]:
+                return
+            if self.holder.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no network namespace (unshare --net): {r.stderr.strip()}")
+            time.sleep(0.05)
+
+    @property
+    def prefix(self) -> list[str]:
+        return ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+
+    def close(self) -> None:
+        os.killpg(self.holder.pid, signal.SIGKILL)
+        self.holder.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Node:
+    name: str
+    proc: subprocess.Popen
+    token: str
+    cache: Path
+
+    def kill(self) -> None:
+        """The whole node at once (its raylet, object store and workers), as a machine lost."""
+        procs = marked(self.token)
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        wait_gone(procs, timeout=10)
+        self.proc.wait(timeout=10)
+
+
+@dataclass
+class Cluster:
+    root: Path
+    port: int = 6379  # inside its own namespace: free
+    nodes: list[Node] = field(default_factory=list)
+    netns: Netns | None = None
+
+    @property
+    def run_prefix(self) -> list[str]:
+        """Put before a command to run it where the cluster is (its network namespace)."""
+        assert self.netns is not None, "start() the cluster first"
+        return self.netns.prefix
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _start(self, name: str, head: bool, num_cpus: int, env: dict[str, str]) -> Node:
+        self.root.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex
+        cache = self.root / name / "cache"
+        tmp = Path("/tmp") / f"ray-{token[:8]}"  # Ray's socket paths must stay short: not under pytest's tmp
+        tmp.mkdir()
+        argv = [str(RAY), "start", "--block", f"--num-cpus={num_cpus}", "--num-gpus=0",
+                f"--resources={{\"{name}\": 1}}", "--object-store-memory=100000000", "--disable-usage-stats",
+                f"--temp-dir={tmp}"]
+        argv += (["--head", f"--port={self.port}", "--include-dashboard=false"] if head
+                 else [f"--address={self.address}"])
+        full = {**os.environ, **QUIET, **env, MARK: token, "QEVAL_CACHE": str(cache), "QEVAL_RECORDS": "off"}
+        log = (self.root / f"{name}.log").open("w")
+        proc = subprocess.Popen([*self.run_prefix, *argv], env=full, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        node = Node(name, proc, token, cache)
+        self.nodes.append(node)
+        return node
+
+    def start(self, workers: int = 1, env: dict[str, str] | None = None) -> "Cluster":
+        self.netns = Netns()
+        try:
+            self._start("head", True, 1, env or {})
+            self._wait(1)
+            for i in range(workers):
+                self._start(f"worker{i + 1}", False, 1, env or {})
+            self._wait(1 + workers)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+
+    def _wait(self, n: int, timeout: float = 120) -> None:
+        import ray  # noqa: F401  (only to fail early without it)
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.proc.poll() is not None:
+                    raise RuntimeError(f"ray start for {node.name} exited: "
+                                       + (self.root / f"{node.name}.log").read_text()[-2000:])
+            if self._count() >= n:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{n} Ray nodes not up in {timeout} s")
+
+    def _count(self) -> int:
+        r = subprocess.run([*self.run_prefix, str(RAY), "status", f"--address={self.address}"], capture_output=True, text=True,
+                           env={**os.environ, **QUIET}, timeout=60)
+        if r.returncode != 0:
+            return 0
+        text = r.stdout
+        active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
+        return sum(1 for line in active.splitlines() if line.strip().startswith("1 node_"))
+
+    def stop(self) -> list[psutil.Process]:
+        """Every process of every node (SIGKILL: nothing of a test cluster needs a clean stop), then the
+        namespace; what is left (nothing, unless a process escaped)."""
+        left = []
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            left += marked(node.token)
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        for node in self.nodes:
+            node.proc.wait(timeout=10)
+        if self.netns is not None:
+            self.netns.close()
+        return wait_gone(left, timeout=10)

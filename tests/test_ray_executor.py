@@ -1,0 +1,128 @@
+"""The `ray` executor on a real two-node Ray cluster (tests/ray_cluster.py) with the fake engine: the same
+records and verdicts as the local executor, variants on both nodes, a worker node killed mid-variant and
+its variant run again from the merged records, a variant no node can hold refused before anything is
+written, an unreachable cluster exit 3. The driver is `qeval run` in a process of its own, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ray_cluster import QUIET, Cluster, free_port
+from tests.test_pipeline_fake import N, _campaign, _records, _rows, _verdicts
+
+QEVAL = [sys.executable, "-m", "qeval.cli"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("ray")).start(workers=1)
+    yield c
+    left = c.stop()
+    assert left == [], f"Ray processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory) -> Path:
+    """The same campaign on the local executor: what the Ray runs must reproduce."""
+    root = tmp_path_factory.mktemp("local")
+    config = _campaign(root, token_delay_s=0.002)
+    env = {**os.environ, "QEVAL_CACHE": str(root / "cache"), "QEVAL_RECORDS": "off"}
+    r = subprocess.run([*QEVAL, "run", str(config), "--no-mlflow"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]  # w3 fails its gate
+    return root / "runs" / "p"
+
+
+def _on_ray(config: Path, executor: str) -> Path:
+    text = config.read_text().replace("mlflow: {enabled: false}", f"mlflow: {{enabled: false}}\nexecutor: {executor}")
+    config.write_text(text)
+    return config
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, **QUIET, "QEVAL_CACHE": str(root / "driver-cache"), "QEVAL_RECORDS": "off"}
+
+
+def _nodes(lines: str) -> dict[str, str]:
+    """variant -> the node it last ran on, from the driver's lines."""
+    return {m[1]: m[2] for m in re.finditer(r"^\[(\w+)\] running on (.+?)(?: \(attempt \d+\))?$", lines, re.M)}
+
+
+def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, local_run, spawn, tmp_path):
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002), f'{{kind: ray, address: "{cluster.address}"}}')
+    out = tmp_path / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
+    run_dir = tmp_path / "runs" / "p"
+    assert _records(run_dir) == _records(local_run)
+    assert _verdicts(run_dir) == _verdicts(local_run)
+    where = _nodes(out.read_text())
+    assert set(where) == {"base", "w3", "same"} and len(set(where.values())) == 2, where  # one CPU per node
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["finished_at"] and [v["status"] for v in rec["variants"]] == ["ok", "ok", "ok"]
+    assert [v["name"] for v in rec["variants"]] == ["base", "w3", "same"]  # the campaign's order, not finish order
+    # the probe and the logs came back with the stream: the driver's run folder has them, the nodes' caches
+    # got their own workspaces, never the driver's folder
+    for v in rec["variants"]:
+        assert (run_dir / v["probe_path"]).is_file() if v.get("probe_path") else True
+        assert (run_dir / "logs" / f"engine-{v['name']}.log").is_file()
+    assert not list((tmp_path / "driver-cache").glob("**/*.log"))
+
+
+def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(local_run, spawn, tmp_path):
+    """Its own cluster: this test takes a node away."""
+    c = Cluster(tmp_path / "ray").start(workers=1)
+    try:
+        config = _on_ray(_campaign(tmp_path, token_delay_s=0.01), f'{{kind: ray, address: "{c.address}"}}')
+        out = tmp_path / "out.log"
+        proc = spawn([*c.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+                     stdout=out.open("w"), stderr=subprocess.STDOUT)
+        run_dir = tmp_path / "runs" / "p"
+        worker = None
+        deadline = time.monotonic() + 180
+        while worker is None:  # a variant on the worker node, half way through its first suite
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+            for name, node in _nodes(out.read_text()).items():
+                if "(worker1)" in node and _rows(run_dir, name) >= N // 2:
+                    worker = name
+            time.sleep(0.05)
+        merged = _rows(run_dir, worker)
+        c.nodes[1].kill()
+        assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
+        text = out.read_text()
+        assert f"[{worker}] lost its worker" in text and "resuming from the merged records" in text
+        # nothing lost, nothing twice (the rows' identity is their key); the checkpoints differ from the local
+        # run's in their token delay only (a slower stream, for the kill to land mid-suite), so do the keys
+        assert sorted(r[1:] for r in _records(run_dir)) == sorted(r[1:] for r in _records(local_run))
+        assert _verdicts(run_dir) == _verdicts(local_run)
+        assert merged >= N // 2 and _rows(run_dir, worker) == 2 * N
+    finally:
+        assert c.stop() == []
+
+
+def test_a_variant_no_node_can_hold_is_refused_before_anything_is_written(cluster, tmp_path):
+    config = _on_ray(_campaign(tmp_path), f'{{kind: ray, address: "{cluster.address}", resources: {{gpu_box: 1}}}}')
+    r = subprocess.run([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "variant base needs CPU 1, gpu_box 1 on one node" in r.stderr and cluster.address in r.stderr
+    assert not (tmp_path / "runs" / "p" / "run.json").exists()
+
+
+def test_an_unreachable_cluster_is_exit_3_with_the_address(tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    config = _on_ray(_campaign(tmp_path), f'{{kind: ray, address: "{address}"}}')
+    r = subprocess.run([*QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert f"no Ray cluster reachable at {address}" in r.stderr
+    assert not (tmp_path / "runs" / "p" / "run.json").exists()
