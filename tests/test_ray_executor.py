@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from qeval.pipeline.leases import overlaps
 from tests.ray_cluster import QUIET, Cluster, free_port
 from tests.test_pipeline_fake import N, _campaign, _records, _rows, _verdicts
 
@@ -76,6 +77,7 @@ def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, l
         assert (run_dir / v["probe_path"]).is_file() if v.get("probe_path") else True
         assert (run_dir / "logs" / f"engine-{v['name']}.log").is_file()
     assert not list((tmp_path / "driver-cache").glob("**/*.log"))
+    assert json.loads((run_dir / "leases.json").read_text())["overlaps"] == 0
 
 
 def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(local_run, spawn, tmp_path):
@@ -126,3 +128,27 @@ def test_an_unreachable_cluster_is_exit_3_with_the_address(tmp_path):
     assert r.returncode == 3, r.stderr[-2000:]
     assert f"no Ray cluster reachable at {address}" in r.stderr
     assert not (tmp_path / "runs" / "p" / "run.json").exists()
+
+
+def test_packed_variants_share_quality_work_but_never_a_probe(cluster, local_run, spawn, tmp_path):
+    """Half a CPU each: three variants on two one-CPU nodes, so two share a node. Their suites run side by
+    side there; every probe has its node alone (the run's lease history shows it), and the records are
+    the local run's."""
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002),
+                     f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.5}}')
+    out = tmp_path / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
+    run_dir = tmp_path / "runs" / "p"
+    assert _records(run_dir) == _records(local_run)
+    book = json.loads((run_dir / "leases.json").read_text())
+    leases = book["leases"]
+    assert book["overlaps"] == 0 and overlaps(leases) == []
+    assert all(h["end"] is not None for h in leases)  # every lease given back
+    probes = [h for h in leases if h["kind"] == "exclusive"]
+    assert sorted(h["holder"].split("#")[0] for h in probes) == ["base", "same", "w3"]
+    # packing happened: two variants' quality work on one node at the same time
+    shared = [h for h in leases if h["kind"] == "shared"]
+    assert any(a["holder"] != b["holder"] and a["keys"] == b["keys"] and a["start"] < b["end"] and b["start"] < a["end"]
+               for i, a in enumerate(shared) for b in shared[i + 1:]), leases

@@ -86,8 +86,10 @@ def _reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
         raise QevalError(f"no Ray cluster reachable at {where}: {e}") from None
 
 
-def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float) -> Iterator[Any]:
-    """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream."""
+def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float, book, holder: str
+                 ) -> Iterator[Any]:
+    """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream, each
+    stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
     from .remote import Done, variant_stream
     from .variant import VariantOutcome
 
@@ -103,7 +105,23 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
                 f"the task was given {len(seen)} GPU(s) {seen}, the engine needs {int(gpus)} "
                 "(tensor_parallel_size)")), {})
             return
-    yield from variant_stream(plan, stored, files)
+    # its devices: the GPUs Ray gave it (a shared one too, when packed), else its node's CPUs
+    keys = [f"{me}/gpu{g}" for g in ray.get_gpu_ids()] or [f"{me}/cpu"]
+    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder))
+
+
+def _guard(ray, book, keys: list[str], holder: str):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def guard(kind):
+        ray.get(book.acquire.remote(keys, kind, holder))
+        try:
+            yield
+        finally:
+            ray.get(book.release.remote(keys, kind, holder))
+
+    return guard
 
 
 def _pump(ray, gen, tag: tuple[str, int], q: queue.Queue) -> None:
@@ -114,6 +132,16 @@ def _pump(ray, gen, tag: tuple[str, int], q: queue.Queue) -> None:
         q.put((tag, None))
     except Exception as e:  # noqa: BLE001 (Ray's errors: a lost worker or node, or the task's own fault)
         q.put((tag, e))
+
+
+def _write_leases(workspace: Path, history: list[dict]) -> None:
+    """Every lease of the run, next to its record: the evidence that no probe overlapped other work."""
+    import json
+
+    from .leases import overlaps
+
+    path = workspace / "leases.json"
+    path.write_text(json.dumps({"leases": history, "overlaps": len(overlaps(history))}, indent=1))
 
 
 @EXECUTORS.register("ray")
@@ -203,10 +231,26 @@ class RayExecutor:
             self._let_go()
 
     def _dispatch(self, ray, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+        from .leases import LeaseBook
         from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
         from .variant import VariantOutcome
 
         task = ray.remote(variant_task)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        book = ray.remote(num_cpus=0)(LeaseBook).options(scheduling_strategy=here).remote()
+        try:
+            yield from self._follow(ray, task, book, plans, demands, workspace, sink, reporter)
+        finally:
+            _write_leases(workspace, ray.get(book.history.remote()))
+            ray.kill(book)
+
+    def _follow(self, ray, task, book, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+        from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
+        from .variant import VariantOutcome
+
         q: queue.Queue = queue.Queue()
         by_name = {p.name: p for p in plans}
         attempt: dict[str, int] = {}
@@ -219,7 +263,8 @@ class RayExecutor:
             # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
             gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
-                p, sink.stored(p.name), shipped_files(workspace, TO_DRIVER), d.num_gpus)
+                p, sink.stored(p.name), shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
+                f"{p.name}#{attempt[p.name]}")
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
@@ -263,6 +308,7 @@ class RayExecutor:
                 reporter.log(f"[{name}] NOT EVALUATED: {error}")
                 yield VariantOutcome(name=name, status="error", error=error)
             elif isinstance(msg, Exception):  # its worker or node was lost
+                ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
                 why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
                 if n <= self.spec.max_retries:
                     reporter.log(f"[{name}] lost its worker on {where or 'a node'} ({why}); run again "

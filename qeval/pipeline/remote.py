@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator, Union
 
 from ..settings import Settings
 from ..store import Record, ResultsStore
+from .leases import Guard, unguarded
 from .plan import VariantPlan
 from .variant import VariantOutcome, run_variant
 
@@ -179,8 +180,8 @@ def unpack(files: dict[str, bytes], workspace: Path) -> None:
 _END = object()
 
 
-def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes],
-                   settings: Settings | None = None, workspace: Path | None = None) -> Iterator[Message]:
+def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], settings: Settings | None = None,
+                   workspace: Path | None = None, guard: Guard = unguarded) -> Iterator[Message]:
     """Run one variant on this node and yield what it produces, as it produces it; the last message is
     Done. `files`: the driver's probe and grid files, so what is done is not redone. The workspace is the
     node's own (a fresh temporary folder unless given) and is removed afterwards."""
@@ -195,7 +196,7 @@ def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes],
 
     def work() -> None:
         try:
-            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put))
+            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put), guard)
         except BaseException as e:  # an unexpected fault travels to the driver as the task's error
             result["error"] = e
         finally:

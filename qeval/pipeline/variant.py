@@ -22,6 +22,7 @@ from ..progress import Reporter
 from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..store import Record
+from .leases import Guard, unguarded
 from .plan import UNQUANTIZED, VariantPlan, variant_key
 from .sink import RecordSink
 
@@ -87,15 +88,17 @@ def _stopping(engine) -> Iterator[None]:
 class _Run:
     """The state of one variant's run; only `run_variant` makes one."""
 
-    def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter):
-        self.plan, self.ws, self.sink, self.reporter = plan, workspace, sink, reporter
+    def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
+                 guard: Guard = unguarded):
+        self.plan, self.ws, self.sink, self.reporter, self.guard = plan, workspace, sink, reporter, guard
         self.v, self.log = plan.variant, reporter.log
         self.logs = workspace / plan.logs
         self.facts: dict[str, Any] = {}
         self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
-        ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
+        with self.guard("shared"):
+            ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
         self.facts.update(made)
         return ckpt
 
@@ -158,13 +161,9 @@ class _Run:
         self.sink.mark_complete(vkey, key, total)
 
     def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
-        from ..suites.custom import run_custom
-        from ..suites.lmeval import run_lmeval
-        from ..suites.logprobs import run_logprobs
-
-        p, v, s = self.plan, self.v, self.plan.suites
+        p, v = self.plan, self.v
         t0 = time.monotonic()
-        with self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
+        with self.guard("shared"), self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
             try:
                 endpoint = engine.start()
             except EngineError as e:
@@ -174,38 +173,51 @@ class _Run:
             self.facts["startup_seconds"] = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
             self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {self.facts['startup_seconds']:.0f} s at {endpoint.base_url}")
-            t_eval = time.monotonic()
-            timeout = p.engine.request_timeout_s
-            for suite in s.custom:
-                self._itemwise(vkey, f"custom/{suite.name}", suite.key, len(suite.items),
-                               lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
-                                                                     concurrency=s.concurrency.get(c.key, 8)))
-            for lp in s.logprobs:
-                self._itemwise(vkey, lp.suite, lp.key, len(lp.chunks),
-                               lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout),
-                               note=" (prompt logprobs)")
-            for ref, tasks in s.lmeval:
-                todo = [t for t in tasks if not self.sink.is_complete(vkey, t.key)]
-                if not todo:
-                    continue
-
-                def task_sink(t, recs: list[Record]) -> None:
-                    self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
-                    self.sink.mark_complete(vkey, t.key, len(recs))
-
-                with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
-                    run_lmeval(ref, todo, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
-                               task_sink, self.logs / f"lmeval-{v.name}.log")
-            self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
-            mem = engine.memory()
-            self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
-                              model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
-                              kv_cache_tokens=mem.kv_cache_tokens)
+            with self.guard("shared"):
+                self._suites(engine, endpoint, vkey)
+            # latency is measured with the devices alone: other variants' work there waits meanwhile
             if p.probe is not None and not (self.ws / p.probe_path(vkey)).exists():
-                self.probe(endpoint, vkey)
+                with self.guard("exclusive"):
+                    self.probe(endpoint, vkey)
             for row in rows:
                 if row.on_server and not row.path.exists():
-                    self.grid_row(row, engine, endpoint)
+                    with self.guard("exclusive"):
+                        self.grid_row(row, engine, endpoint)
+
+    def _suites(self, engine, endpoint, vkey: str) -> None:
+        """Every suite the store lacks, on the running engine; then what the engine holds in memory."""
+        from ..suites.custom import run_custom
+        from ..suites.lmeval import run_lmeval
+        from ..suites.logprobs import run_logprobs
+
+        p, v, s = self.plan, self.v, self.plan.suites
+        t_eval = time.monotonic()
+        timeout = p.engine.request_timeout_s
+        for suite in s.custom:
+            self._itemwise(vkey, f"custom/{suite.name}", suite.key, len(suite.items),
+                           lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
+                                                                 concurrency=s.concurrency.get(c.key, 8)))
+        for lp in s.logprobs:
+            self._itemwise(vkey, lp.suite, lp.key, len(lp.chunks),
+                           lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout),
+                           note=" (prompt logprobs)")
+        for ref, tasks in s.lmeval:
+            todo = [t for t in tasks if not self.sink.is_complete(vkey, t.key)]
+            if not todo:
+                continue
+
+            def task_sink(t, recs: list[Record]) -> None:
+                self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
+                self.sink.mark_complete(vkey, t.key, len(recs))
+
+            with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
+                run_lmeval(ref, todo, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
+                           task_sink, self.logs / f"lmeval-{v.name}.log")
+        self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
+        mem = engine.memory()
+        self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
+                          model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
+                          kv_cache_tokens=mem.kv_cache_tokens)
 
     # -- latency ----------------------------------------------------------------------------
     def probe(self, endpoint, vkey: str) -> None:
@@ -257,7 +269,8 @@ class _Run:
             engine = build_engine(row.spec.kind, self.v, ckpt, row.spec, self.plan.settings,
                                   self.logs / "grid" / metric_segment(row.label))
             try:
-                self.grid_row(row, engine)
+                with self.guard("exclusive"):
+                    self.grid_row(row, engine)
             except EngineError as e:
                 errors[row.label] = str(e).splitlines()[0]
                 self.log(f"[{self.v.name}] grid row {row.label} has no cells: {errors[row.label]}")
@@ -309,10 +322,11 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
     return rows
 
 
-def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter) -> VariantOutcome:
+def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
+                guard: Guard = unguarded) -> VariantOutcome:
     """Make, serve and evaluate one variant; its faults are its outcome (status "error"), never raised.
     An interrupt (KeyboardInterrupt) stops its engines and goes on up: the driver records what finished."""
-    r = _Run(plan, workspace, sink, reporter)
+    r = _Run(plan, workspace, sink, reporter, guard)
     v = plan.variant
     try:
         ckpt = r.checkpoint()

@@ -1,0 +1,122 @@
+"""What a variant run elsewhere sends, without Ray: its message stream, replayed into a store, is the local
+run's store; a stream cut part way and run again from what was merged ends the same. The lease book
+(leases.py): a probe never overlaps other work on its device, a waiting probe goes before new work."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+
+from qeval.config import load_config
+from qeval.pipeline.campaign import Campaign
+from qeval.pipeline.executor import LocalExecutor
+from qeval.pipeline.leases import LeaseBook, overlaps
+from qeval.pipeline.plan import plan
+from qeval.pipeline.remote import Begin, Complete, Done, Put, Stored, variant_stream
+from qeval.pipeline.sink import StoreSink
+from qeval.progress import PlainReporter
+from qeval.settings import Settings
+from qeval.store import ResultsStore
+from tests.test_pipeline_fake import N, _campaign
+
+QUIET = PlainReporter(lambda s: None)
+
+
+def _plans(tmp_path):
+    config = _campaign(tmp_path)
+    cfg, settings = load_config(config), Settings(cache=tmp_path / "cache", share_records=False)
+    return Campaign(cfg, settings, config_file=str(config)).plans(plan(cfg, settings, str(config))), settings
+
+
+def _rows(store: ResultsStore) -> list[tuple]:
+    return sorted(store._db.execute("SELECT variant_key, suite_key, item_id, sample, variant, response, scores "
+                                    "FROM records"))
+
+
+def _replay(msgs, store: ResultsStore) -> Done | None:
+    done = None
+    for m in msgs:
+        m = pickle.loads(pickle.dumps(m))  # as it crosses to the driver
+        if isinstance(m, Put):
+            store.put(m.vkey, m.skey, m.variant, m.suite, m.records)
+        elif isinstance(m, Complete):
+            store.mark_complete(m.vkey, m.skey, m.n_items)
+        elif isinstance(m, Done):
+            done = m
+    return done
+
+
+def test_the_stream_replayed_is_the_local_store_and_a_cut_stream_resumes(tmp_path):
+    plans, settings = _plans(tmp_path)
+    with ResultsStore(tmp_path / "local.sqlite") as local, StoreSink(local) as sink:
+        outs = list(LocalExecutor().run(plans, tmp_path / "ws-local", sink, QUIET))
+    with ResultsStore(tmp_path / "remote.sqlite") as remote:
+        for p in plans:
+            msgs = list(variant_stream(p, Stored(), {}, settings=settings))
+            assert isinstance(msgs[-1], Done) and sum(isinstance(m, Begin) for m in msgs) == 1
+            _replay(msgs, remote)
+        with ResultsStore(tmp_path / "local.sqlite") as local:
+            assert _rows(remote) == _rows(local)
+    done = msgs[-1]
+    assert done.outcome.key == outs[-1].key and done.outcome.probe_path in done.files
+    assert any(name.startswith("logs/engine-") for name in done.files)
+
+    # cut after the first half of the first suite's records arrived; run again from what was merged
+    with ResultsStore(tmp_path / "cut.sqlite") as cut:
+        stream = variant_stream(plans[1], Stored(), {}, settings=settings)
+        got = 0
+        for m in stream:
+            if isinstance(m, Put):
+                cut.put(m.vkey, m.skey, m.variant, m.suite, m.records)
+                got += len(m.records)
+                if got >= N // 2:
+                    break
+        stream.close()  # the generator's end: its workspace goes, the engine has stopped
+        stored = Stored.of(cut, "w3")
+        assert sum(len(v) for v in stored.done.values()) == got and not stored.complete
+        again = list(variant_stream(plans[1], stored, {}, settings=settings))
+        sent = sum(len(m.records) for m in again if isinstance(m, Put))
+        assert sent == 2 * N - got  # only what was missing was asked for again
+        _replay(again, cut)
+        with ResultsStore(tmp_path / "local.sqlite") as local:
+            assert [r for r in _rows(cut)] == [r for r in _rows(local) if r[4] == "w3"]
+
+
+def test_a_probe_never_overlaps_other_work_and_goes_before_new_work():
+    async def scenario():
+        book, log = LeaseBook(), []
+
+        async def work(holder, kind, start_after, hold):
+            await asyncio.sleep(start_after)
+            await book.acquire(["n/cpu"], kind, holder)
+            log.append((holder, "in", time.monotonic()))
+            await asyncio.sleep(hold)
+            await book.release(["n/cpu"], kind, holder)
+
+        await asyncio.gather(work("a", "shared", 0, 0.2), work("b", "shared", 0, 0.2),
+                             work("probe", "exclusive", 0.05, 0.1), work("late", "shared", 0.1, 0.05))
+        return await book.history(), [h for h, _, _ in log]
+
+    history, order = asyncio.run(scenario())
+    assert order == ["a", "b", "probe", "late"]  # "late" came while the probe waited: it waited behind it
+    assert overlaps(history) == [] and all(h["end"] for h in history)
+    shared = [h for h in history if h["holder"] in "ab"]
+    assert shared[0]["start"] < shared[1]["end"] and shared[1]["start"] < shared[0]["end"]  # shared side by side
+    # a lease history where a probe did overlap other work is caught
+    bad = [{"holder": "x", "kind": "exclusive", "keys": ["n/cpu"], "start": 0, "end": 2},
+           {"holder": "y", "kind": "shared", "keys": ["n/cpu"], "start": 1, "end": 3},
+           {"holder": "z", "kind": "shared", "keys": ["m/cpu"], "start": 1, "end": 3}]
+    assert overlaps(bad) == [(bad[0], bad[1])]
+
+
+def test_a_lost_holders_leases_are_given_back():
+    async def scenario():
+        book = LeaseBook()
+        await book.acquire(["n/gpu0"], "shared", "lost#1")
+        await book.release_all("lost#1")
+        await asyncio.wait_for(book.acquire(["n/gpu0"], "exclusive", "probe#1"), timeout=1)
+        return await book.history()
+
+    history = asyncio.run(scenario())
+    assert [h["holder"] for h in history] == ["lost#1", "probe#1"] and history[0]["end"] is not None
