@@ -31,7 +31,7 @@ VARIANTS = {
     "q2": FakeEngineSpec(answers=ANSWERS, wrong=["france", "germany"]),
     "q12": FakeEngineSpec(answers=ANSWERS, wrong_fraction=0.25),
     "dies": FakeEngineSpec(answers=ANSWERS, dies_after=20),  # on its first start only
-    "hangs": FakeEngineSpec(answers=ANSWERS, hangs_after=15, watchdog_interval_s=0.1, watchdog_timeout_s=0.2),
+    "hangs": FakeEngineSpec(answers=ANSWERS, hangs_after=15, watchdog_interval_s=0.05, watchdog_timeout_s=0.2),
     "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.5),
     "late": FakeEngineSpec(answers=ANSWERS, start_delay_s=5.0),
 }
@@ -55,7 +55,7 @@ output_dir: runs
 baseline: {{name: base, method: bf16}}
 variants:
 {chr(10).join(lines)}
-engine: {{kind: fake, startup_timeout_s: 10, max_restarts: 2}}
+engine: {{kind: fake, startup_timeout_s: 10, max_restarts: 2, retry_backoff_s: 0.05}}
 suites:
   - {{kind: custom, path: {SUITES / "capitals.yaml"}}}
 gates: {{rules: [{{match: "*", margin: 0.15}}]}}
