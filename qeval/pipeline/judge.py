@@ -14,7 +14,7 @@ from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
 from .plan import Plan
 
-# the comparison's statistics (compare, gates: scipy, statsmodels) take about a second to import; they are
+# the comparison's statistics (compare, gates: scipy.stats) take about a second to import; they are
 # imported where a comparison is made, so a run that is cut before comparing never loads them
 
 
