@@ -32,10 +32,10 @@ VARIANTS = {
     "q12": FakeEngineSpec(answers=ANSWERS, wrong_fraction=0.25),
     "dies": FakeEngineSpec(answers=ANSWERS, dies_after=20),  # on its first start only
     "hangs": FakeEngineSpec(answers=ANSWERS, hangs_after=15, watchdog_interval_s=0.05, watchdog_timeout_s=0.2),
-    "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.5),
+    "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.3),
     "late": FakeEngineSpec(answers=ANSWERS, start_delay_s=5.0),
 }
-ENGINE = {"late": "{startup_timeout_s: 0.5, max_restarts: 0}"}  # per-variant engine settings
+ENGINE = {"late": "{startup_timeout_s: 0.3, max_restarts: 0}"}  # per-variant engine settings
 
 
 def _write_campaign(root: Path) -> Path:
@@ -146,7 +146,7 @@ def test_a_hung_engine_is_found_by_the_watchdog_and_restarted(ran):
 
 def test_a_slow_start_within_the_bound_works_and_beyond_it_is_not_evaluated(ran):
     slow, late = ran.variant("slow"), ran.variant("late")
-    assert slow.status == "ok" and slow.startup_seconds >= 0.5 and ran.result.record.verdicts["slow"] == "PASS"
+    assert slow.status == "ok" and slow.startup_seconds >= 0.3 and ran.result.record.verdicts["slow"] == "PASS"
     assert late.status == "error" and "not healthy after 0 s" in late.error
     assert ran.result.record.verdicts["late"] == "NOT_EVALUATED" and ran.result.record.verdict == "NOT_EVALUATED"
 
