@@ -55,9 +55,10 @@ class Kinded(Strict):
     default_kind: ClassVar[str | None] = None  # the kind of a spec that names none
 
     def __new__(cls, *args: Any, **data: Any) -> "Kinded":
-        # ScorerSpec(kind="numeric", ...) is a NumericScorerSpec, as validating it as a ScorerSpec gives;
-        # pydantic's __init__ then validates it as that model
-        model = cls.model_of(data) if data else cls
+        # ScorerSpec(kind="numeric", ...) is a NumericScorerSpec, as validating it as a ScorerSpec gives, and
+        # EngineSpec() its default kind's model; pydantic's __init__ then validates it as that model (whose
+        # _as_its_kind returns self: a validator that returns another object is not supported in __init__)
+        model = cls.model_of(data) if data or cls.default_kind is not None else cls
         return super().__new__(model if issubclass(model, cls) else cls)
 
     @classmethod

@@ -132,6 +132,16 @@ def test_a_campaign_keeps_the_hash_it_had_when_one_model_held_every_engine_kind(
     assert load_config(write(tmp_path, text)).config_hash() == old_hash
 
 
+def test_the_retry_backoff_is_the_engines_and_at_its_default_keeps_the_hash(tmp_path):
+    plain = load_config(write(tmp_path, GOOD))
+    assert plain.engine.retry_backoff_s == 1.0
+    assert load_config(write(tmp_path, GOOD + "engine: {retry_backoff_s: 1.0}\n")).config_hash() == plain.config_hash()
+    quick = load_config(write(tmp_path, GOOD + "engine: {retry_backoff_s: 0.05}\n"))
+    assert quick.engine.retry_backoff_s == 0.05 and quick.config_hash() != plain.config_hash()
+    with pytest.raises(ConfigError, match=r"line 8: engine.retry_backoff_s"):
+        load_config(write(tmp_path, GOOD + "engine: {retry_backoff_s: 0}\n"))
+
+
 def test_an_unknown_key_anywhere_names_the_closest_key_and_its_line(tmp_path):
     p = write(tmp_path, GOOD.replace("{name: q, method: gptq}", "{name: q, method: gptq, recipe: {group_sise: 32}}"))
     with pytest.raises(ConfigError) as e:

@@ -31,11 +31,11 @@ VARIANTS = {
     "q2": FakeEngineSpec(answers=ANSWERS, wrong=["france", "germany"]),
     "q12": FakeEngineSpec(answers=ANSWERS, wrong_fraction=0.25),
     "dies": FakeEngineSpec(answers=ANSWERS, dies_after=20),  # on its first start only
-    "hangs": FakeEngineSpec(answers=ANSWERS, hangs_after=15, watchdog_interval_s=0.1, watchdog_timeout_s=0.2),
-    "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.5),
+    "hangs": FakeEngineSpec(answers=ANSWERS, hangs_after=15, watchdog_interval_s=0.05, watchdog_timeout_s=0.2),
+    "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.3),
     "late": FakeEngineSpec(answers=ANSWERS, start_delay_s=5.0),
 }
-ENGINE = {"late": "{startup_timeout_s: 0.5, max_restarts: 0}"}  # per-variant engine settings
+ENGINE = {"late": "{startup_timeout_s: 0.3, max_restarts: 0}"}  # per-variant engine settings
 
 
 def _write_campaign(root: Path) -> Path:
@@ -55,7 +55,7 @@ output_dir: runs
 baseline: {{name: base, method: bf16}}
 variants:
 {chr(10).join(lines)}
-engine: {{kind: fake, startup_timeout_s: 10, max_restarts: 2}}
+engine: {{kind: fake, startup_timeout_s: 10, max_restarts: 2, retry_backoff_s: 0.05}}
 suites:
   - {{kind: custom, path: {SUITES / "capitals.yaml"}}}
 gates: {{rules: [{{match: "*", margin: 0.15}}]}}
@@ -146,7 +146,7 @@ def test_a_hung_engine_is_found_by_the_watchdog_and_restarted(ran):
 
 def test_a_slow_start_within_the_bound_works_and_beyond_it_is_not_evaluated(ran):
     slow, late = ran.variant("slow"), ran.variant("late")
-    assert slow.status == "ok" and slow.startup_seconds >= 0.5 and ran.result.record.verdicts["slow"] == "PASS"
+    assert slow.status == "ok" and slow.startup_seconds >= 0.3 and ran.result.record.verdicts["slow"] == "PASS"
     assert late.status == "error" and "not healthy after 0 s" in late.error
     assert ran.result.record.verdicts["late"] == "NOT_EVALUATED" and ran.result.record.verdict == "NOT_EVALUATED"
 

@@ -198,7 +198,7 @@ def test_an_engine_that_never_comes_up_is_not_restarted(tmp_path):
     config = _campaign(tmp_path)
     write_checkpoint(tmp_path / "ck" / "w3", FakeEngineSpec(answers=_suites(tmp_path), start_delay_s=30))
     cfg = load_config(config)
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"startup_timeout_s": 0.5, "max_restarts": 2})})
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"startup_timeout_s": 0.3, "max_restarts": 2})})
     rec = campaign.run(cfg, Settings(cache=tmp_path / "cache", share_records=False),
                        reporter=PlainReporter(lambda s: None), config_file=str(config)).record
     w3 = next(v for v in rec.variants if v.name == "w3")

@@ -15,9 +15,13 @@ class EngineSpec(Kinded):
     """What every engine kind has. Validated as EngineSpec, a spec becomes its kind's model."""
 
     default_kind: ClassVar[str] = "vllm"
+    # settings added after campaign hashes were first taken: at these values they stay out of the hash
+    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1}
 
     kind: str = "vllm"
     request_timeout_s: float = Field(300, gt=0)
+    # between a suite's tries of a request this engine failed (a 5xx, a lost connection): time to recover
+    retry_backoff_s: float = Field(1.0, gt=0)
     max_restarts: int = Field(2, ge=0)  # after the engine dies or hangs mid-suite
     trust_remote_code: bool = False  # set from model.trust_remote_code only (refused in files): see CampaignConfig
     dtype: str | None = None  # set from model.dtype, resolved for the machine (refused in files): see CampaignConfig
@@ -46,11 +50,7 @@ class EngineSpec(Kinded):
         for model in _BUILT_IN.values():
             defaults |= model.model_construct().model_dump(mode="json")
         form = defaults | self.model_dump(mode="json")
-        # knobs added since: out of the hash at their default, so campaigns written before still resume
-        return {k: v for k, v in form.items() if NEWER_KNOBS.get(k, object()) != v}
-
-
-NEWER_KNOBS: dict[str, Any] = {"tensor_parallel_size": 1}
+        return {k: v for k, v in form.items() if k not in self.LATER or v != self.LATER[k]}
 
 
 class ServerSpec(EngineSpec):

@@ -13,7 +13,7 @@ import httpx
 
 from ..errors import EngineError, MissingEnvError
 from ..quantize.spec import QUANTIZED
-from .base import ENGINES, Endpoint, EngineMemory, ServedVariant
+from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
 from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
@@ -97,6 +97,8 @@ class VllmEngine:
         self.endpoint: Endpoint | None = None
         self.startup_seconds: float | None = None
         self.watchdog: Watchdog | None = None
+        # one client for a start's own checks (start-up polls, version, health): a new one reads the CA bundle, ~40 ms
+        self._http: httpx.Client | None = None
 
     @staticmethod
     def serve_dtypes(method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
@@ -147,10 +149,11 @@ class VllmEngine:
         if not self.runtime.exists():
             raise self.missing_runtime()
         port = free_port(self.spec.host)
+        base = f"http://{self.spec.host}:{port}"
+        self._http = self._http or httpx.Client(verify=tls_verify(base))
         self.server = ServerProcess(self.argv(port), self._env(), self.log_path)
         t0 = time.monotonic()
         self.server.spawn()
-        base = f"http://{self.spec.host}:{port}"
         try:  # until start() returns, nothing else will stop the server: any exception (Ctrl-C) stops it here
             self._wait_healthy(base)
             self.startup_seconds = time.monotonic() - t0
@@ -189,7 +192,7 @@ class VllmEngine:
 
     def _get(self, url: str) -> dict:
         try:
-            r = httpx.get(url, timeout=5)
+            r = self._http.get(url, timeout=5)
             return r.json() if r.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):
             return {}
@@ -201,7 +204,7 @@ class VllmEngine:
                 raise EngineError(f"{self.kind} exited during start-up (code {self.server.proc.returncode})",
                                   variant=self.name, log_tail=self.server.log_tail())
             try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                if self._http.get(base + "/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -213,7 +216,7 @@ class VllmEngine:
         if self.server is None or not self.server.alive() or self.endpoint is None or self.hung:
             return False
         try:
-            return httpx.get(self.endpoint.base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
+            return self._http.get(self.endpoint.base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -232,6 +235,9 @@ class VllmEngine:
         if self.server is not None:
             self.server.terminate(STOP_GRACE_S if grace_s is None else grace_s)
             self.server = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
         self.endpoint = None
 
     def __enter__(self) -> Endpoint:

@@ -17,6 +17,7 @@ from typing import Callable
 import httpx
 
 from ..probe.server_metrics import parse
+from .base import tls_verify
 from .capabilities import MetricNames
 
 # a stopped server answers nothing: 3 checks of 10 s each, 5 s apart, find it within a minute; a busy
@@ -98,7 +99,7 @@ class Watchdog:
 
     def _watch(self) -> None:
         failed, last_tokens, moved_at = 0, None, time.monotonic()
-        with httpx.Client() as client:
+        with httpx.Client(verify=tls_verify(self.base_url)) as client:
             while not self._stop.wait(self.interval_s):
                 if not self._healthy(client):
                     failed += 1

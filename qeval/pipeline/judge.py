@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ..compare import Paired, adjust_all, align, compare_metric
 from ..config import CampaignConfig, GateRule
-from ..gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
 from ..metrics import UNDECLARED
 from ..record import RunRecord, SuiteSummary, VariantResult
 from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
 from .plan import Plan
+
+# the comparison's statistics (compare, gates: scipy.stats) take about a second to import; they are
+# imported where a comparison is made, so a run that is cut before comparing never loads them
 
 
 def summarize(store: ResultsStore, vkey: str, p: Plan, complete_only: bool = False) -> list[SuiteSummary]:
@@ -44,6 +43,10 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
                  name: str, vkey: str, p: Plan, complete_only: bool = False) -> list:
     """KL divergence and top-1 agreement per chunk against the baseline, as paired comparisons
     (the baseline's own KL is 0 and its agreement 1), plus a per-token summary in the record."""
+    import numpy as np
+
+    from ..compare import Paired, compare_metric
+    from ..gates import rule_for
     from ..stats.distribution import summarize as summarize_positions
     from ..suites.logprobs import compare_chunks, perplexity
 
@@ -83,6 +86,9 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
 def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str],
                      p: Plan) -> None:
     """Every variant with a key against the baseline, gated; verdicts into the record."""
+    from ..compare import adjust_all, align, compare_metric
+    from ..gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
+
     partial = {r.name for r in record.variants if r.status == "partial"}
     base_key = keys.get(cfg.baseline.name) if cfg.baseline.name not in partial else None
     comparisons = []

@@ -192,14 +192,16 @@ class _Run:
 
         p, v, s = self.plan, self.v, self.plan.suites
         t_eval = time.monotonic()
-        timeout = p.engine.request_timeout_s
+        timeout, backoff = p.engine.request_timeout_s, p.engine.retry_backoff_s
         for suite in s.custom:
             self._itemwise(vkey, f"custom/{suite.name}", suite.key, len(suite.items),
                            lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
-                                                                 concurrency=s.concurrency.get(c.key, 8)))
+                                                                 concurrency=s.concurrency.get(c.key, 8),
+                                                                 retry_backoff_s=backoff))
         for lp in s.logprobs:
             self._itemwise(vkey, lp.suite, lp.key, len(lp.chunks),
-                           lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout),
+                           lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout,
+                                                                retry_backoff_s=backoff),
                            note=" (prompt logprobs)")
         for ref, tasks in s.lmeval:
             todo = [t for t in tasks if not self.sink.is_complete(vkey, t.key)]

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from ..engines.base import tls_verify
+
 
 @dataclass
 class RequestResult:
@@ -101,7 +103,8 @@ async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: 
         queue.put_nowait(p)
     results: list[RequestResult] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits, headers=headers,
+                                 verify=tls_verify(base_url)) as client:
         cpu0, t0 = time.process_time(), time.perf_counter()
         deadline = t0 + max_seconds
 
@@ -120,7 +123,7 @@ async def run_rate(base_url: str, model: str, prompts: list, max_tokens: int, ra
     """Poisson arrivals at `rate` requests per second (exponential gaps, seeded)."""
     rng = random.Random(seed)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=None),
-                                 headers=headers) as client:
+                                 headers=headers, verify=tls_verify(base_url)) as client:
         cpu0, t0 = time.process_time(), time.perf_counter()
         tasks = []
         for p in prompts:

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..engines.base import tls_verify
 from ..engines.capabilities import MetricNames
 
 
@@ -180,7 +181,7 @@ class Scraper:
         return r.text
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout_s, headers=self.headers)
+        return httpx.Client(timeout=self.timeout_s, headers=self.headers, verify=tls_verify(self.url))
 
     def _poll(self) -> None:
         # jittered around interval_s: a fixed period can lock onto the batches' rhythm (requests of equal

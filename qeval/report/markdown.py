@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jinja2
@@ -228,8 +229,13 @@ def _grid_helpers() -> dict:
     return {"g_cell": g_cell, "g_mark": g_mark, "g_best": g_best, "g_slo": g_slo}
 
 
+@functools.cache
+def _compiled(template: str) -> jinja2.Template:
+    # compiling the report's template takes longer than rendering it, and a run renders it twice (Markdown, HTML)
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template)
+
+
 def _render(template: str, r: RunRecord) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     suites = sorted({s.suite for v in r.variants for s in v.suites})
 
     def score(v, suite: str) -> str:
@@ -246,7 +252,7 @@ def _render(template: str, r: RunRecord) -> str:
         x = st.server.get(key)
         return "-" if x is None or x != x else format(x, spec)
 
-    return env.from_string(template).render(
+    return _compiled(template).render(
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),

@@ -13,6 +13,7 @@ import httpx
 from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 
 from ..engines import Endpoint
+from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
 from ..hashing import file_hash, stable_hash
 from ..metrics import MetricSpec, continuous, indicator
@@ -215,12 +216,12 @@ def _text(path: str, body: dict[str, Any]) -> str:
 
 
 async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: Callable[[list[Record]], None],
-               concurrency: int, timeout_s: float, retries: int) -> None:
+               concurrency: int, timeout_s: float, retries: int, retry_backoff_s: float) -> None:
     gen = suite.descriptor.generation
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits,
-                                 headers=endpoint.headers) as client:
+                                 headers=endpoint.headers, verify=tls_verify(endpoint.base_url)) as client:
 
         async def ask(item: Item, seed: int) -> str:
             path, payload = _request(item, gen, endpoint.model, seed)
@@ -235,7 +236,7 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
                         last = httpx.HTTPStatusError(f"{r.status_code}", request=r.request, response=r)
                     except (httpx.TransportError, httpx.TimeoutException) as e:
                         last = e
-                    await asyncio.sleep(1)
+                    await asyncio.sleep(retry_backoff_s)
                 else:
                     raise EngineError(f"suite {suite.name}: item {item.id!r} failed after {retries + 1} tries: {last}")
             return _text(path, r.json())
@@ -280,10 +281,11 @@ def score(suite: CustomSuite, item: Item, response: str) -> dict[str, float]:
 
 
 def run_custom(suite: CustomSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
-               concurrency: int = 8, timeout_s: float = 300, retries: int = 2) -> int:
-    """Generate and score every item not in `done`; each record goes to `sink` as soon as it is scored."""
+               concurrency: int = 8, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
+    """Generate and score every item not in `done`; each record goes to `sink` as soon as it is scored.
+    A request the engine fails is tried `retries` more times, `retry_backoff_s` apart (EngineSpec's)."""
     todo = [i for i in suite.items if i.id not in done]
     if todo:
-        asyncio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries))
+        asyncio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries, retry_backoff_s))
     return len(todo)
 

@@ -20,6 +20,7 @@ import httpx
 import numpy as np
 
 from ..engines import Endpoint
+from ..engines.base import tls_verify
 from ..engines.capabilities import PromptLogprobsRoute
 from ..errors import ConfigError, EngineError
 from ..hashing import stable_hash
@@ -97,7 +98,8 @@ async def _prompt_logprobs(client: httpx.AsyncClient, endpoint: Endpoint, text: 
     return route.parse(r.json())
 
 
-async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int) -> Record:
+async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int,
+                 retry_backoff_s: float) -> Record:
     last: Exception | None = None
     for _ in range(retries + 1):
         try:
@@ -105,7 +107,7 @@ async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: st
             break
         except (httpx.HTTPError, KeyError, ValueError) as e:
             last = e
-            await asyncio.sleep(1)
+            await asyncio.sleep(retry_backoff_s)
     else:
         raise EngineError(f"logprobs: chunk {i} failed after {retries + 1} tries: {last}")
     return chunk_record(i, text, k, lp, alternatives=_route(endpoint).alternatives)
@@ -124,15 +126,16 @@ def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True)
 
 
 def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
-                 concurrency: int = 4, timeout_s: float = 300, retries: int = 2) -> int:
+                 concurrency: int = 4, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
     todo = [(i, c) for i, c in enumerate(suite.chunks) if f"{i:04d}" not in done]
 
     async def main() -> None:
         sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers) as client:
+        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers,
+                                     verify=tls_verify(endpoint.base_url)) as client:
             async def one(i: int, text: str) -> None:
                 async with sem:
-                    sink([await _score(client, endpoint, i, text, suite.top_k, retries)])
+                    sink([await _score(client, endpoint, i, text, suite.top_k, retries, retry_backoff_s)])
 
             await asyncio.gather(*(one(i, c) for i, c in todo))
 

@@ -39,7 +39,7 @@ def _built(kind: str, tmp_path: Path):
         variant = VariantSpec(name="v", method="checkpoint", checkpoint=ck)
     else:  # an endpoint someone else runs (nothing listens on port 9)
         variant = VariantSpec(name="v", method="external", endpoint="http://127.0.0.1:9/v1")
-    spec = EngineSpec.model_construct(**{**EngineSpec().model_dump(), "kind": kind})  # a plugin's kind too
+    spec = EngineSpec.model_construct(kind=kind)  # the common settings at their defaults, for a plugin's kind too
     return build_engine(kind, variant, ck, spec, Settings(cache=tmp_path), tmp_path / "logs")
 
 

@@ -169,6 +169,14 @@ def test_adjust_matches_statsmodels(method, sm_name):
     assert np.allclose(adjust(p, "none"), p)
 
 
+def test_holm_is_statsmodels_holm_to_the_bit():
+    rng = np.random.default_rng(1)
+    cases = [rng.random(n) ** k for n in (1, 2, 7, 40) for k in (1, 3)]
+    cases += [np.array([0.01, 0.01, 0.04, 0.04, 0.5]), np.array([0.3, 0.9, 1.0, 0.6]), np.array([0.02, np.nan, 0.01])]
+    for p in cases:
+        assert np.array_equal(adjust(p, "holm"), multipletests(p, method="holm")[1], equal_nan=True), p
+
+
 def _table(e, f, g, h):
     """Arrays for a paired 2x2 table: e both right, f only the candidate, g only the baseline, h neither."""
     base = np.array([1] * e + [0] * f + [1] * g + [0] * h, float)

@@ -97,3 +97,25 @@ def test_a_scorer_takes_its_own_kinds_settings_only(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_suite(d)
     assert str(e.value) == f"{d}:line 5: scorers.0.tolerence: unknown key (did you mean 'tolerance'?)"
+
+
+def test_a_failed_request_is_tried_again_after_the_engines_retry_backoff(tmp_path):
+    import time
+
+    from qeval.engines import Endpoint
+    from qeval.suites.custom import run_custom
+    from tests.loopback import Loopback, js
+
+    (tmp_path / "items.jsonl").write_text(OK + "\n")
+    (tmp_path / "s.yaml").write_text('{"name": "s", "items": "items.jsonl", "scorers": [{"kind": "contains"}]}')
+    suite = load_suite(tmp_path / "s.yaml")
+    answers = [js({"error": "boom"}, status=500)] * 2 + [js({"choices": [{"message": {"content": "x"}}]})]
+    for backoff in (0.3, 0.01):
+        got = []
+        with Loopback({"POST /v1/chat/completions": list(answers)}) as root:
+            ep = Endpoint(base_url=root + "/v1", model="m", tokenizer=None, engine="vllm")
+            t0 = time.monotonic()
+            run_custom(suite, ep, set(), got.extend, retries=2, retry_backoff_s=backoff)
+            took = time.monotonic() - t0
+        assert [r.scores for r in got] == [{"contains": 1.0}]  # the third try answered
+        assert took >= 2 * backoff and (backoff > 0.1 or took < 1.5)  # not the 2 s of two fixed seconds
