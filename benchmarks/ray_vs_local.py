@@ -30,6 +30,7 @@ QEVAL = [sys.executable, "-m", "qeval.cli"]
 
 
 def vllm_campaign(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     cfg = root / "c.yaml"
     cfg.write_text(f"""
 name: bench
@@ -51,6 +52,7 @@ mlflow: {{enabled: false}}
 def fake_campaign(root: Path) -> Path:
     from tests.test_pipeline_fake import _campaign
 
+    root.mkdir(parents=True, exist_ok=True)
     return _campaign(root, token_delay_s=0.02)
 
 
