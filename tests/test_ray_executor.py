@@ -57,13 +57,19 @@ def _nodes(lines: str) -> dict[str, str]:
     return {m[1]: m[2] for m in re.finditer(r"^\[(\w+)\] running on (.+?)(?: \(attempt \d+\))?$", lines, re.M)}
 
 
-def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, local_run, spawn, tmp_path):
-    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002), f'{{kind: ray, address: "{cluster.address}"}}')
-    out = tmp_path / "out.log"
-    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+def _run_gated(spawn, cluster: Cluster, root: Path, executor: str) -> tuple[Path, Path]:
+    """The fake campaign on the cluster, through `qeval run` where the cluster is: its run folder and output
+    (exit 1: w3 fails its gate, as in the local run)."""
+    config = _on_ray(_campaign(root, token_delay_s=0.002), executor)
+    out = root / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(root),
                  stdout=out.open("w"), stderr=subprocess.STDOUT)
     assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
-    run_dir = tmp_path / "runs" / "p"
+    return root / "runs" / "p", out
+
+
+def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, local_run, spawn, tmp_path):
+    run_dir, out = _run_gated(spawn, cluster, tmp_path, f'{{kind: ray, address: "{cluster.address}"}}')
     assert _records(run_dir) == _records(local_run)
     assert _verdicts(run_dir) == _verdicts(local_run)
     where = _nodes(out.read_text())
@@ -134,13 +140,7 @@ def test_packed_variants_share_quality_work_but_never_a_probe(cluster, local_run
     """Half a CPU each: three variants on two one-CPU nodes, so two share a node. Their suites run side by
     side there; every probe has its node alone (the run's lease history shows it), and the records are
     the local run's."""
-    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002),
-                     f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.5}}')
-    out = tmp_path / "out.log"
-    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
-                 stdout=out.open("w"), stderr=subprocess.STDOUT)
-    assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
-    run_dir = tmp_path / "runs" / "p"
+    run_dir, _ = _run_gated(spawn, cluster, tmp_path, f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.5}}')
     assert _records(run_dir) == _records(local_run)
     book = json.loads((run_dir / "leases.json").read_text())
     leases = book["leases"]
