@@ -152,3 +152,20 @@ def test_packed_variants_share_quality_work_but_never_a_probe(cluster, local_run
     shared = [h for h in leases if h["kind"] == "shared"]
     assert any(a["holder"] != b["holder"] and a["keys"] == b["keys"] and a["start"] < b["end"] and b["start"] < a["end"]
                for i, a in enumerate(shared) for b in shared[i + 1:]), leases
+
+
+def test_a_spent_time_budget_starts_no_more_variants_and_a_rerun_resumes(cluster, local_run, tmp_path):
+    """`--max-minutes 0`: the budget is spent before any variant but the baseline is placed on a node; they
+    are reported not evaluated (never PASS), and the same command without the budget finishes the run."""
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002), f'{{kind: ray, address: "{cluster.address}"}}')
+    cmd = [*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"]
+    cut = subprocess.run([*cmd, "--max-minutes", "0"], env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=300)
+    rec = json.loads((tmp_path / "runs" / "p" / "run.json").read_text())
+    assert [(v["name"], v["status"]) for v in rec["variants"]] == [("base", "ok"), ("w3", "skipped"),
+                                                                   ("same", "skipped")], cut.stdout[-2000:]
+    assert rec["verdicts"] == {"w3": "NOT_EVALUATED", "same": "NOT_EVALUATED"} and not rec["finished_at"]
+    whole = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 1, whole.stdout[-2000:]
+    assert _records(tmp_path / "runs" / "p") == _records(local_run)
+    assert _verdicts(tmp_path / "runs" / "p") == _verdicts(local_run)

@@ -274,10 +274,13 @@ class RayExecutor:
         left = set(by_name)
         t0 = time.monotonic()
         while left:
+            # checked at every turn: a busy stream must not hide a spent budget
+            yield from self._over_budget(ray, t0, left, node, gens, by_name, attempt, reporter)
+            if not left:
+                break
             try:
                 (name, n), msg = q.get(timeout=1.0)
             except queue.Empty:
-                yield from self._over_budget(ray, t0, left, node, gens, by_name, attempt, reporter)
                 continue
             if name not in left or n != attempt[name]:
                 continue  # what a lost attempt still sent, or a variant already settled
