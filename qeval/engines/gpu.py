@@ -14,7 +14,26 @@ class GpuMemory:
     device_total: int | None = None
 
 
-def engine_gpu_memory(pids: set[int]) -> GpuMemory:
+def visible_devices(value: str | None) -> list[int | str] | None:
+    """CUDA_VISIBLE_DEVICES as NVML can look it up: indices, or UUIDs ("GPU-..."); None: every device.
+    NVML ignores the variable, so a task Ray gave one GPU would otherwise count the whole machine's."""
+    if value is None:
+        return None
+    out: list[int | str] = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        if part.isdigit():
+            out.append(int(part))
+        elif part.startswith(("GPU-", "MIG-")):
+            out.append(part)
+        else:
+            break  # CUDA stops at the first entry it cannot read, and so do we
+    return out
+
+
+def engine_gpu_memory(pids: set[int], visible: str | None = None) -> GpuMemory:
+    """The engine's GPU memory on the devices it can see (`visible`: its CUDA_VISIBLE_DEVICES)."""
     try:
         import pynvml
     except ImportError:
@@ -25,8 +44,9 @@ def engine_gpu_memory(pids: set[int]) -> GpuMemory:
         return GpuMemory(None)
     try:
         ours, used, total = 0, 0, 0
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        devices = visible_devices(visible)
+        for d in range(pynvml.nvmlDeviceGetCount()) if devices is None else devices:
+            h = pynvml.nvmlDeviceGetHandleByUUID(d) if isinstance(d, str) else pynvml.nvmlDeviceGetHandleByIndex(d)
             info = pynvml.nvmlDeviceGetMemoryInfo(h)
             used, total = used + info.used, total + info.total
             for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):

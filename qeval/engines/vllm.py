@@ -223,7 +223,9 @@ class VllmEngine:
     def memory(self) -> EngineMemory:
         log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         tokens, gib = parse_kv_cache(log)
-        gpu = engine_gpu_memory(self.server.pids()) if self.server and self.spec.device == "gpu" else None
+        # the devices the server was started with (a Ray task's own): NVML itself sees every GPU of the machine
+        gpu = (engine_gpu_memory(self.server.pids(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+               if self.server and self.spec.device == "gpu" else None)
         return EngineMemory(rss_bytes=self.server.rss_bytes() if self.server else None,
                             gpu_bytes=gpu.bytes if gpu else None,
                             kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens,

@@ -134,3 +134,19 @@ def test_gpu_configs_validate(name):
 
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.engine.device == "gpu" and cfg.mlflow.enabled is False
+
+
+def test_gpu_memory_is_counted_on_the_devices_the_engine_sees(monkeypatch):
+    """A Ray task given GPU 1 of two: NVML sees both; only GPU 1 counts (by index or by UUID)."""
+    from qeval.engines.gpu import visible_devices
+
+    assert visible_devices(None) is None and visible_devices("") == []
+    assert visible_devices("1, 3") == [1, 3] and visible_devices("GPU-ab12,0") == ["GPU-ab12", 0]
+    assert visible_devices("0,bogus,2") == [0]  # CUDA stops at the first entry it cannot read
+    gpus = [(7, 100, {1: 3, 42: 4}), (5, 100, {1: 2, 9: 5})]
+    _nvml(monkeypatch, gpus)
+    sys.modules["pynvml"].nvmlDeviceGetHandleByUUID = lambda u: gpus[int(u.removeprefix("GPU-"))]
+    assert engine_gpu_memory({1}) == GpuMemory(5, "processes", 200)  # no variable: every device
+    assert engine_gpu_memory({1}, "1") == GpuMemory(2, "processes", 100)
+    assert engine_gpu_memory({1}, "GPU-0") == GpuMemory(3, "processes", 100)
+    assert engine_gpu_memory({77}, "1") == GpuMemory(5, "device", 100)  # the fallback: that device's use only
