@@ -150,3 +150,40 @@ def test_gpu_memory_is_counted_on_the_devices_the_engine_sees(monkeypatch):
     assert engine_gpu_memory({1}, "1") == GpuMemory(2, "processes", 100)
     assert engine_gpu_memory({1}, "GPU-0") == GpuMemory(3, "processes", 100)
     assert engine_gpu_memory({77}, "1") == GpuMemory(5, "device", 100)  # the fallback: that device's use only
+
+
+def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
+    """tensor_parallel_size: vLLM's flag (its own workers, not Ray); part of the variant key only when > 1
+    (older stores resume); what a Ray task asks; gpu_fraction's checks, as the campaign file is read."""
+    import types
+
+    from qeval.config import EngineSpec
+    from qeval.pipeline.plan import variant_key
+    from qeval.pipeline.ray_exec import RayExecutor, RayExecutorSpec
+
+    cfg = _cfg(tmp_path, tensor_parallel_size=4)
+    w4, settings = cfg.variants[1], Settings(cache=tmp_path)
+    spec = _engine_spec(cfg, w4)
+    argv = VllmEngine(variant=w4, checkpoint=tmp_path, spec=spec, settings=settings, log_dir=tmp_path).argv(1)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "mp"
+    one = spec.model_copy(update={"tensor_parallel_size": 1})
+    assert variant_key(w4, spec, settings, "h") != variant_key(w4, one, settings, "h")
+    assert "--tensor-parallel-size" not in VllmEngine(variant=w4, checkpoint=tmp_path, spec=one, settings=settings,
+                                                      log_dir=tmp_path).argv(1)
+
+    def plan(engine, external=False):  # what demand() reads of a VariantPlan
+        return types.SimpleNamespace(name="v", engine=engine, external=external)
+
+    whole = RayExecutor(RayExecutorSpec(num_cpus=2, resources={"h200": 1}))
+    assert whole.demand(plan(spec)).as_dict() == {"CPU": 2, "GPU": 4, "h200": 1}
+    assert whole.demand(plan(spec, external=True)).num_gpus == 0  # someone else's server
+    assert whole.demand(plan(EngineSpec())).num_gpus == 0  # a CPU engine
+    packed = RayExecutor(RayExecutorSpec(gpu_fraction=0.25))
+    small = EngineSpec.model_validate({"device": "gpu", "gpu_memory_utilization": 0.2})
+    assert packed.demand(plan(small)).num_gpus == 0.25
+    for engine, says in ((spec, "tensor_parallel_size is 4"),
+                         (EngineSpec.model_validate({"device": "gpu", "gpu_memory_utilization": 0.5}),
+                          "gpu_memory_utilization must be set, at most 0.25")):
+        with pytest.raises(ConfigError, match=says):
+            packed.demand(plan(engine))
