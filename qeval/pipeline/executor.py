@@ -85,5 +85,3 @@ class LocalExecutor:
 def make_executor(spec: ExecutorSpec, max_seconds: float | None = None) -> Executor:
     return EXECUTORS.get(spec.kind)(spec, max_seconds)
 
-
-from . import ray_exec  # noqa: E402,F401  (registers "ray"; Ray itself is imported only when it runs)

@@ -144,7 +144,7 @@ def _write_leases(workspace: Path, history: list[dict]) -> None:
     path.write_text(json.dumps({"leases": history, "overlaps": len(overlaps(history))}, indent=1))
 
 
-@EXECUTORS.register("ray")
+@EXECUTORS.register("ray")  # also the entry point qeval.executors:ray, which finds this module
 class RayExecutor:
     """Variants as Ray tasks, all submitted at once; outcomes in the order they finish."""
 
