@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from qeval.pipeline.leases import overlaps
+from tests.conftest import kill_tree
 from tests.ray_cluster import QUIET, Cluster, free_port
 from tests.test_pipeline_fake import N, _campaign, _records, _rows, _verdicts
 
@@ -169,3 +170,23 @@ def test_a_spent_time_budget_starts_no_more_variants_and_a_rerun_resumes(cluster
     assert whole.returncode == 1, whole.stdout[-2000:]
     assert _records(tmp_path / "runs" / "p") == _records(local_run)
     assert _verdicts(tmp_path / "runs" / "p") == _verdicts(local_run)
+
+
+def test_the_driver_killed_mid_run_then_run_again_resumes(cluster, local_run, spawn, tmp_path):
+    """SIGKILL to `qeval run` (the driver) while variants run on both nodes: Ray ends its tasks with it; the
+    same command again finishes from the store, with the local run's records and verdicts."""
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.01), f'{{kind: ray, address: "{cluster.address}"}}')
+    cmd = [*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"]
+    out = tmp_path / "out.log"
+    proc = spawn(cmd, env=_env(tmp_path), stdout=out.open("w"), stderr=subprocess.STDOUT)
+    run_dir = tmp_path / "runs" / "p"
+    deadline = time.monotonic() + 180
+    while _rows(run_dir, "base") < N // 2 or len(_nodes(out.read_text())) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+        time.sleep(0.05)
+    kill_tree(proc, proc.test_token)
+    assert not json.loads((run_dir / "run.json").read_text())["finished_at"]
+    again = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1, again.stdout[-3000:]
+    assert sorted(r[1:] for r in _records(run_dir)) == sorted(r[1:] for r in _records(local_run))
+    assert _verdicts(run_dir) == _verdicts(local_run)
