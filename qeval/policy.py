@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from .specs import Strict
 
@@ -52,9 +52,16 @@ class PerfRule(Strict):
         return self
 
 
+class Recommend(Strict):
+    """How the report picks the variant to recommend among those that pass every gate."""
+
+    by: Literal["weights_memory", "throughput_at_slo"] = "weights_memory"  # the least memory, or the most tok/s
+
+
 class GatePolicy(Strict):
     rules: list[GateRule] = [GateRule()]
     performance: list[PerfRule] = []
+    recommend: Recommend | None = None  # None: by weights memory
     # the bound a gate reads. auto: the cluster-robust t (CR2, Bell-McCaffrey df) when items carry groups,
     # Newcombe's score interval for 0/1 metrics, the paired t otherwise (benchmarks/simulate_gates.py: the
     # percentile bootstrap gave 5.7% false passes at a nominal 5% with n = 56)
@@ -63,3 +70,11 @@ class GatePolicy(Strict):
     inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
     bootstrap_resamples: int = Field(10000, ge=100)
     seed: int = 0
+
+    @model_serializer(mode="wrap")
+    def _as_before_recommend(self, handler):
+        # a policy without `recommend` dumps as it did before the key existed: its campaigns keep their hash
+        data = handler(self)
+        if isinstance(data, dict) and data.get("recommend") is None:
+            data.pop("recommend", None)
+        return data
