@@ -1,4 +1,5 @@
-"""The self-contained HTML report: the Markdown report's text and tables, with the figures inline."""
+"""The self-contained HTML report: the Markdown report's text and tables, each figure inline beside the
+table it illustrates, verdicts in colour with a shape and a word (so they survive black-and-white print)."""
 
 from __future__ import annotations
 
@@ -21,32 +22,51 @@ th, td { border: 1px solid #999; padding: 3px 6px; text-align: left; }
 th { background: #eee; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .verdict { font-size: 1.4em; padding: 0.4em 0.8em; border: 3px solid #111; display: inline-block; }
-@media print { body { margin: 0; } figure, tr { break-inside: avoid; } }  /* `qeval report --pdf` */
+.badge { padding: 0 0.4em; border: 1px solid #111; border-radius: 3px; white-space: nowrap; }
+.v-PASS { background: #c8f0c8; } .v-FAIL { background: #f7c4c4; } .v-INCONCLUSIVE, .v-WARN { background: #fbe7a6; }
+.v-NOT_EVALUATED { background: #ddd; } .v-baseline { background: #fff; }
+@media print { body { margin: 0; } figure, tr { break-inside: avoid; }
+  .badge, .verdict { -webkit-print-color-adjust: exact; print-color-adjust: exact; } }  /* `qeval report --pdf` */
 </style></head><body>
-<p class="verdict" id="verdict">Overall verdict: <strong>{{ r.verdict }}</strong></p>
-{% for title, png in figures %}<figure><img alt="{{ title }}" src="data:image/png;base64,{{ png }}">
-<figcaption>{{ title }}</figcaption></figure>
-{% endfor %}
 {{ body }}
 </body></html>
 """
 
+FIGURES = {"forest": ("Forest plot: each gate's interval and margin", plots.forest),
+           "tradeoff": ("Trade-off: quality against memory and throughput", plots.tradeoff),
+           "latency": ("Latency and throughput against concurrency", plots.latency)}
+
+
+class HtmlLook:
+    """Marks for the Markdown text that Python-Markdown passes through as HTML."""
+
+    def __init__(self, r: RunRecord):
+        self.r = r
+
+    def overall(self, verdict: str) -> str:
+        return (f'<p class="verdict v-{verdict}" id="verdict">Overall verdict: <strong>{verdict}</strong> '
+                f'{report_md.SHAPES.get(verdict, "")}</p>')
+
+    def badge(self, verdict: str) -> str:
+        return f'<span class="badge v-{verdict}">{report_md.MarkdownLook().badge(verdict)}</span>'
+
+    def figure(self, name: str, variant=None) -> str:
+        if name == "grid":
+            title = f"Batch size x concurrency ({variant.name}): output tokens/s, best cell under the SLOs boxed"
+            png = plots.grid_heatmap(variant)
+        else:
+            title, fn = FIGURES[name]
+            png = fn(self.r)
+        if not png:
+            return ""
+        # blank lines around it: Python-Markdown keeps a block of raw HTML as it is
+        return (f'\n<figure id="figure-{name}"><img alt="{title}" src="data:image/png;base64,'
+                f'{base64.b64encode(png).decode()}">\n<figcaption>{title}</figcaption></figure>\n')
+
 
 def render(r: RunRecord) -> str:
-    figures = []
-    for title, fn in (("Forest plot: each gate's interval and margin", plots.forest),
-                      ("Trade-off: quality against memory and throughput", plots.tradeoff),
-                      ("Latency and throughput against concurrency", plots.latency)):
-        png = fn(r)
-        if png:
-            figures.append((title, base64.b64encode(png).decode()))
-    for v in r.variants:
-        png = plots.grid_heatmap(v)
-        if png:
-            figures.append((f"Batch size x concurrency ({v.name}): output tokens/s, best cell under the SLOs boxed",
-                            base64.b64encode(png).decode()))
-    body = md.markdown(report_md.render(r), extensions=["tables"])
-    return jinja2.Template(PAGE).render(r=r, figures=figures, body=body)
+    body = md.markdown(report_md.render(r, HtmlLook(r)), extensions=["tables"])
+    return jinja2.Template(PAGE).render(r=r, body=body)
 
 
 def write(r: RunRecord, path: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Protocol
 
 import jinja2
 
@@ -12,19 +13,26 @@ from ..record_models import Grid, GridCell, ProbeStep
 
 TEMPLATE = """\
 # qeval report: {{ r.campaign }}
-
-**Overall verdict: {{ r.verdict }}**
 {% if r.config.get("description") %}
 {{ r.config.description }}
 {% endif %}
+{{ look.overall(r.verdict) }}
+
 | variant | method | verdict | weights | engine RSS | start-up |
 | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-| {{ v.name }} | {{ v.method }} | {{ "baseline" if v.role == "baseline" else r.verdicts.get(v.name, "-") }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
+| {{ v.name }} | {{ v.method }} | {{ look.badge("baseline" if v.role == "baseline" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
 {% endfor %}
-{% for v in r.variants if v.status != "ok" %}
-- **{{ v.name }} was not evaluated**: {{ v.error.splitlines()[0] }}
+**{{ rec.text() }}**
+
+Not evaluated:
+
+{% for line in not_evaluated -%}
+- {{ line }}
+{% else -%}
+- nothing: every variant was evaluated, on every part the campaign asks for
 {% endfor %}
+
 ## Gates
 
 A gate reads the two-sided (1 - 2 alpha) interval of delta = variant - baseline (oriented so
@@ -43,6 +51,7 @@ for that verdict).
 {% for g in r.gates -%}
 | {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} | **{{ g.verdict }}** | {{ g.reason }} |
 {% endfor %}
+{{ look.figure("forest") }}
 {% if r.comparisons %}## Every comparison
 
 p: McNemar exact for 0/1 scores, Wilcoxon signed-rank otherwise (a paired sign-flip permutation
@@ -92,6 +101,7 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 {% set pf = v.perf() -%}
 | {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ n(pf.get("max_output_throughput"), ".1f") }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ n(pf.get("ttft_p50_ms_c1"), ".1f") }} ms | {{ n(pf.get("tpot_p50_ms_c1"), ".1f") }} ms |
 {% endfor %}
+{{ look.figure("tradeoff") }}
 
 | variant | load | requests (errors) | output tok/s | goodput (req/s) | TTFT p50 / p95 / p99 (ms) | TPOT p50 / p95 (ms) | ITL p95 (ms) | E2E p50 / p95 (ms) | client CPU |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
@@ -100,6 +110,7 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 | {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ n(st.output_throughput, ".1f") }} | {{ n(st.goodput, ".2f") if st.goodput is not none else "-" }} | {{ n(st.ttft_ms.p50, ".0f") }} / {{ n(st.ttft_ms.p95, ".0f") }} / {{ n(st.ttft_ms.p99, ".0f") }} | {{ n(st.tpot_ms.p50, ".1f") }} / {{ n(st.tpot_ms.p95, ".1f") }} | {{ n(st.itl_ms.p95, ".1f") }} | {{ n(st.e2e_ms.p50, ".0f") }} / {{ n(st.e2e_ms.p95, ".0f") }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
 {% endfor %}
+{{ look.figure("latency") }}
 {% if served_view %}
 ### The server's view at each load
 
@@ -150,6 +161,7 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 {% for row, err in v.grid.errors.items() %}
 - {{ row }}: no cells ({{ err }})
 {% endfor %}
+{{ look.figure("grid", v) }}
 {% endfor %}
 {% endif %}
 ## Scores per suite
@@ -159,6 +171,8 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 {% for v in r.variants -%}
 | {{ v.name }} | {% for s in suites %}{{ score(v, s) }} | {% endfor %}
 {% endfor %}
+{% if not probed %}{{ look.figure("tradeoff") }}
+{% endif %}
 ## Provenance
 
 - run id: `{{ r.run_id }}`; config: `{{ r.config_file }}` (hash `{{ r.config_hash }}`)
@@ -181,7 +195,45 @@ SUMMARY = """\
 {% set gs = r.gates | selectattr("variant", "equalto", name) | list -%}
 | {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ g.verdict }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
 {% endfor %}
+
+{{ rec.text() }}
 """
+
+
+# a shape beside the word, so that a verdict reads the same printed in black and white
+SHAPES = {"PASS": "\u2714", "FAIL": "\u2718", "INCONCLUSIVE": "?", "WARN": "!", "NOT_EVALUATED": "\u2013",
+          "baseline": "\u25cf"}
+
+
+class Look(Protocol):
+    """How the report's text marks verdicts and where its figures go: plain Markdown, or HTML (html.py)."""
+
+    def overall(self, verdict: str) -> str: ...
+
+    def badge(self, verdict: str) -> str: ...
+
+    def figure(self, name: str, variant=None) -> str: ...
+
+
+class MarkdownLook:
+    def overall(self, verdict: str) -> str:
+        return f"**Overall verdict: {verdict}**"
+
+    def badge(self, verdict: str) -> str:
+        return f"{SHAPES[verdict]} {verdict}" if verdict in SHAPES else verdict
+
+    def figure(self, name: str, variant=None) -> str:
+        return ""  # the figures are in report.html (and MLflow's plots/); grid-<variant>.png lies beside the report
+
+
+def not_evaluated(r: RunRecord) -> list[str]:
+    """What the campaign did not measure: variants cut short, and whole parts it never ran."""
+    out = [f"**{v.name} was not evaluated**: {(v.error or v.status).splitlines()[0]}" for v in r.variants if v.status != "ok"]
+    if not r.config.get("suites"):
+        out.append("quality: no suite ran (speed and memory only)")
+    if not any(v.probe for v in r.variants):
+        out.append("latency and throughput: no probe ran (probe.enabled is off), so no throughput at the SLO")
+    return out
 
 
 def _mib(b: int | None) -> str:
@@ -235,7 +287,9 @@ def _compiled(template: str) -> jinja2.Template:
     return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template)
 
 
-def _render(template: str, r: RunRecord) -> str:
+def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
+    from ..recommend import for_record
+
     suites = sorted({s.suite for v in r.variants for s in v.suites})
 
     def score(v, suite: str) -> str:
@@ -255,14 +309,14 @@ def _render(template: str, r: RunRecord) -> str:
     return _compiled(template).render(
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
-        r=r, suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
 
 
-def render(r: RunRecord) -> str:
-    return _render(TEMPLATE, r)
+def render(r: RunRecord, look: Look | None = None) -> str:
+    return _render(TEMPLATE, r, look)
 
 
 def render_summary(r: RunRecord) -> str:

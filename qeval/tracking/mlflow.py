@@ -18,6 +18,7 @@ import pandas as pd
 from ..record import RunRecord
 from ..record_models import Grid
 from ..quantize.base import scheme_params
+from ..recommend import for_record
 from ..store import ResultsStore
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
@@ -163,6 +164,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
               "multiplicity": record.multiplicity, **{f"env.{k}": v for k, v in record.environment.items()}}
     tags = {"qeval.run_id": record.run_id, "qeval.role": "campaign", "qeval.verdict": record.verdict,
             "qeval.config_hash": record.config_hash, "qeval.schema_version": str(record.schema_version),
+            "qeval.recommendation": for_record(record).text()[:5000],  # MLflow caps a tag at 5,000 characters
             **{f"verdict.{n}": v for n, v in record.verdicts.items()}}
     _upsert(client, parent, params, tags, {}, [])
     now = int(time.time() * 1000)
