@@ -176,3 +176,38 @@ def test_each_engine_kind_has_its_own_settings_and_a_variant_of_another_kind_lea
     trt = merged(cfg.engine, cfg.variants[0].engine)
     assert type(trt) is TrtllmSpec and trt.max_model_len == 1024 and trt.device == "gpu"
     assert "kv_cache_gib" not in trt.model_dump() and "backend" not in cfg.engine.model_dump()
+
+
+POLICY = """\
+rules:
+  - {match: "*", margin: 0.1}
+performance:
+  - {metric: weights_bytes, max_ratio: 0.5}
+"""
+
+
+def test_a_policy_without_recommend_keeps_its_hash_and_one_with_it_changes_it(tmp_path):
+    # the hash qeval gave this campaign (no description, a policy file without `recommend`) before either existed
+    (tmp_path / "capitals.yaml").write_text((ROOT / "suites/custom/capitals.yaml").read_text())
+    text = GOOD.replace(f"{ROOT}/suites/custom/capitals.yaml", "capitals.yaml") + "gates: policy.yaml\n"
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.config_hash() == "f2bd8d1ab877da40" and cfg.gates.recommend is None
+    assert "recommend" not in cfg.model_dump(mode="json")["gates"]  # what the run record keeps, as before
+    (tmp_path / "policy.yaml").write_text(POLICY + "recommend: {by: throughput_at_slo}\n")
+    by_tp = load_config(write(tmp_path, text))
+    assert by_tp.gates.recommend.by == "throughput_at_slo" and by_tp.config_hash() != cfg.config_hash()
+    (tmp_path / "policy.yaml").write_text(POLICY + "recommend: {by: cheapest}\n")
+    with pytest.raises(ConfigError, match=r"line 5: recommend.by"):
+        load_config(write(tmp_path, text))
+
+
+def test_a_campaign_built_in_code_keeps_its_hash_without_description_or_recommend():
+    from qeval.config import CampaignConfig
+
+    data = dict(name="t", model={"builtin": "smollm2-135m-instruct"}, baseline={"name": "base", "method": "bf16"},
+                variants=[{"name": "q", "method": "gptq"}], suites=[{"kind": "custom", "path": "/x/capitals.yaml"}])
+    assert CampaignConfig.model_validate(data).config_hash() == "4f0ca8f227c71672"
+    gated = data | {"gates": {"rules": [{"match": "*", "margin": 0.1}],
+                              "performance": [{"metric": "weights_bytes", "max_ratio": 0.5}]}}
+    assert CampaignConfig.model_validate(gated).config_hash() == "e10be1256938b614"
