@@ -202,6 +202,11 @@ def test_html_report_in_chromium(chromium, campaign, tmp_path):
     assert "Overall verdict: <strong>NOT_EVALUATED</strong>" in page
     assert "<th>variant</th>" in page and "<td>w4-good</td>" in page and "<strong>PASS</strong>" in page
     assert page.count('src="data:image/png;base64,') >= 2  # forest plot and trade-off, inline
+    # read as a sign-off: title, verdicts, recommendation, what was not evaluated, then the gates and their plot
+    marks = ("<h1>", 'id="verdict"', "<th>verdict</th>", "Recommended: w4-good", "w8-down was not evaluated",
+             "<h2>Gates</h2>", 'id="figure-forest"', "<h2>Every comparison</h2>")
+    at = [page.index(m) for m in marks]
+    assert at == sorted(at), list(zip(marks, at))
 
     probe = tmp_path / "report-probe.html"  # a copy, so the report itself stays script-free
     probe.write_text(report.read_text().replace("</body>", PROBE + "</body>"))

@@ -95,6 +95,7 @@ def test_a_resumed_run_updates_what_it_logged_before(tmp_path: Path):
     parent = client.get_run(first["parent_run_id"])
     assert parent.data.tags["qeval.verdict"] == "FAIL" and parent.data.tags["verdict.b"] == "FAIL"
     assert parent.data.tags["qeval.params_not_updated"] == "env.host"
+    assert parent.data.tags["qeval.recommendation"].startswith("Recommended: a (")  # b failed: a alone passes
     mv = {m.tags["qeval.variant"]: m for m in client.search_model_versions("name = 'reg-model'")}
     assert len(mv) == 2 and mv["b"].tags["qeval.verdict"] == "FAIL" and mv["b"].run_id == kids["b"].info.run_id
     info = client.download_artifacts(kids["b"].info.run_id, "model/qeval-variant.json", str(tmp_path))
