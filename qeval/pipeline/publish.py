@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter | None = None) -> "CampaignResult":
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
+    from ..recommend import for_record
     from ..report import write_all
     from ..tracking.mlflow import default_tracking_uri, log_record
 
@@ -22,6 +23,7 @@ def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter 
     paths = write_all(record, result.run_dir)
     result.report_path = paths["report"]
     result.extras.update({k: str(v) for k, v in paths.items()})
+    log(for_record(record).text())  # the CI log's line for the release manager, as in summary.md
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
         use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
