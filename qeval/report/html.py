@@ -44,8 +44,8 @@ class HtmlLook:
         self.r = r
 
     def overall(self, verdict: str) -> str:
-        return (f'<p class="verdict v-{verdict}" id="verdict">Overall verdict: <strong>{verdict}</strong> '
-                f'{report_md.SHAPES.get(verdict, "")}</p>')
+        return (f'<p class="verdict v-{verdict}" id="verdict">{report_md.SHAPES.get(verdict, "")} '
+                f'Overall verdict: <strong>{verdict}</strong></p>')
 
     def badge(self, verdict: str) -> str:
         return f'<span class="badge v-{verdict}">{report_md.MarkdownLook().badge(verdict)}</span>'

@@ -201,7 +201,7 @@ SUMMARY = """\
 
 
 # a shape beside the word, so that a verdict reads the same printed in black and white
-SHAPES = {"PASS": "\u2714", "FAIL": "\u2718", "INCONCLUSIVE": "?", "WARN": "!", "NOT_EVALUATED": "\u2013",
+SHAPES = {"PASS": "\u2714", "FAIL": "\u2718", "INCONCLUSIVE": "?", "WARN": "!", "NOT_EVALUATED": "\u25cb",
           "baseline": "\u25cf"}
 
 

@@ -33,7 +33,7 @@ def test_markdown_opens_with_title_description_verdicts_recommendation_and_gaps(
     _in_order(md, "# qeval report", rec.config["description"][:40], f"**Overall verdict: {rec.verdict}**",
               "| gptq-w4a16 | gptq | \u2718 FAIL |", "| int8-w8a8 | int8 | ? INCONCLUSIVE |", f"**{CLOSEST}**",
               "Not evaluated:", "- **modelopt-fp8 was not evaluated**: cut while being evaluated", "## Gates")
-    assert "| bf16 | bf16 | \u25cf baseline |" in md and "| modelopt-fp8 | fp8 | \u2013 NOT_EVALUATED |" in md
+    assert "| bf16 | bf16 | \u25cf baseline |" in md and "| modelopt-fp8 | fp8 | \u25cb NOT_EVALUATED |" in md
     assert "<figure" not in md  # figures are the HTML's
 
 
