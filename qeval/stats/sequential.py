@@ -14,22 +14,26 @@ positive is better, in the order the items were evaluated (a seeded order shared
   interim look when the repeated confidence interval's upper bound is below -margin, or when a
   futility bound is (beta-spending at the design alternative delta = 0: it spends at most
   ``futility`` of the power). The price: the last boundary sits a little above z_(1-alpha) and the
-  futility rule spends some power; benchmarks/sequential_gates.py measures both.
-  The statistic: for 0/1 scores Tango's score statistic (qeval/stats/exact.py: the standard error
-  under delta = -margin, which the observed one would understate for few flips: with it the
-  exact false-pass rate, summed over every outcome, stays <= alpha in tests/stats/test_sequential.py);
-  otherwise the paired t statistic read as normal (as the fixed-n t gate), which needs a finite
-  variance, nothing more: bounded or not, a continuous metric is supported.
-- ``betting``: a betting confidence sequence (Waudby-Smith & Ramdas 2023, "Estimating means of
-  bounded random variables by betting", JRSS-B 86:1, with the predictable plug-in bet of their
-  eq. 26 and the hedged capital of Thm 3): valid at every item, not only at the looks, with no
-  normal approximation, for differences bounded in [-bound, bound] (scores in [0, 1] give
-  bound = 1; a continuous metric bounded in [lo, hi] gives bound = hi - lo). Unbounded metrics
-  (NLL, perplexity, KL) are refused. The price: at the full n its bound is wider than a fixed-n
-  one, so power there is lower.
+  futility rule spends some power: 0.77-0.79 where fixed n has 0.79-0.82, and at delta = -2 margin
+  it stops after 27-30% of the items (benchmarks/sequential_gates.py).
+  The statistic: for 0/1 scores Tango's score statistic (qeval/stats/exact.py), whose standard
+  error is the one under delta = -margin: the observed one understates it when flips are few
+  (exact false-pass rate 6.4% at n = 300, margin 0.05, flip rate 0.1); with the score, summed over
+  every outcome, it is at most 5.03% without the FAIL rule and under 5% with it
+  (tests/stats/test_sequential.py). Otherwise the paired t statistic read as normal (as the fixed-n
+  t gate), which needs a finite variance, nothing more: bounded or not, a continuous metric works.
+- ``betting``: a betting confidence sequence (Waudby-Smith & Ramdas, "Estimating means of bounded
+  random variables by betting", JRSS-B 86(1), 2024; arXiv 2010.09686) with their predictable
+  plug-in (PrPl) bets. PASS and FAIL each read one side's capital, a one-sided test at alpha by
+  Ville's inequality, valid at every item and not only at the looks, with no normal
+  approximation, for differences bounded in [-bound, bound] (scores in [0, 1] give bound = 1; a
+  continuous metric bounded in [lo, hi] gives bound = hi - lo). Unbounded metrics (NLL,
+  perplexity, KL) are refused. The price: at the full n its bound is much wider than a fixed-n
+  one, so power there is far lower (0.38-0.43 where fixed n has 0.8, in the benchmark).
 
-Items in groups (a cluster is one unit) are not supported by either method yet: the functions
-refuse them rather than treat correlated items as independent.
+Items in groups (several questions on one passage): ``gsd`` looks only between groups and reads the
+cluster-robust CR2 standard error with Bell-McCaffrey degrees of freedom, as the fixed-n gate does;
+``betting`` refuses them rather than treat correlated items as independent.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from .exact import restricted_loss_rate
+from .intervals import clustered_mean_delta
 
 LookVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
 _GRID_SD = 8.0  # the score's density is negligible beyond 8 sd of its mean
@@ -199,15 +204,17 @@ class SequentialResult:
         return self.looks[-1].items if self.looks else 0
 
 
-def _check(d: np.ndarray, n_planned: int, groups: Sequence[object] | None) -> np.ndarray:
-    if groups is not None and any(g is not None for g in groups):
-        raise ValueError("sequential gates do not support items in groups yet: use the fixed-n gate for this suite")
+def _check(d: np.ndarray, n_planned: int) -> np.ndarray:
     x = np.asarray(d, float)
     if x.ndim != 1 or not np.isfinite(x).all():
         raise ValueError("differences must be a finite 1-D array")
     if len(x) > n_planned:
         raise ValueError(f"{len(x)} differences for a design of {n_planned} items")
     return x
+
+
+def _grouped(groups: Sequence[object] | None) -> bool:
+    return groups is not None and any(g is not None for g in groups)
 
 
 def _null_se(y: np.ndarray, margin: float) -> float:
@@ -218,52 +225,83 @@ def _null_se(y: np.ndarray, margin: float) -> float:
     return math.sqrt(max(2 * x - margin - margin * margin, 0.0) / len(y))
 
 
+def cluster_looks(groups: Sequence[object], looks: tuple[int, ...]) -> tuple[int, ...]:
+    """Each look moved to the end of the group it falls in, so that no group is split across a look;
+    the groups must each be contiguous in the order (the pipeline shuffles groups, not items)."""
+    labels = list(groups)
+    if any(g is None for g in labels):
+        raise ValueError("either every item has a group or none has")
+    ends = [i + 1 for i in range(len(labels)) if i + 1 == len(labels) or labels[i + 1] != labels[i]]
+    starts = [labels[e - 1] for e in ends]
+    if len(set(starts)) != len(starts):
+        raise ValueError("a group's items must be contiguous in the evaluation order")
+    at = np.searchsorted(ends, looks)
+    return tuple(sorted({ends[min(i, len(ends) - 1)] for i in at}))
+
+
+def _look(t: int, n: int, mean: float, se: float, c: float, b: float, margin: float,
+          mde: float | None) -> tuple[LookVerdict, str, float, float]:
+    """One look's verdict from the z statistic against its boundaries (efficacy c, FAIL b)."""
+    lower, upper = mean - c * se, mean + c * se
+    z = (mean + margin) / se if se > 0 else math.copysign(math.inf, mean + margin)
+    underpowered, last, at = mde is not None and mde > margin, t == n, f"at {t} of {n} items"
+    if z >= c and not underpowered:
+        return "PASS", f"lower bound {lower:+.4f} > -margin {-margin:+.4f} {at}", lower, upper
+    if upper < -margin:
+        return "FAIL", f"upper bound {upper:+.4f} < -margin {-margin:+.4f} {at}", lower, upper
+    if z <= b and not last:
+        return "FAIL", f"futility: z {z:+.2f} <= {b:+.2f} {at} (PASS at n is unlikely)", lower, upper
+    if last and underpowered:
+        return "INCONCLUSIVE", f"suite detects only drops >= {mde:.4f} > margin {margin:.4f}", lower, upper
+    if last:
+        return "FAIL", f"lower bound {lower:+.4f} <= -margin {-margin:+.4f} {at}", lower, upper
+    return "UNDECIDED", f"undecided {at}", lower, upper
+
+
 def gsd_gate(d: np.ndarray, n_planned: int, margin: float, alpha: float, *, look_every: int, min_items: int,
              binary: bool, planning_sd: float, futility: float = 0.05, mde: float | None = None,
              groups: Sequence[object] | None = None) -> SequentialResult:
     """Walk the looks that the items so far reach and stop at the first decision (see the module doc).
-    `planning_sd` is the design's sd of d (sqrt of the flip rate for 0/1 metrics), which places the
-    futility spending; `mde` the planned MDE: above the margin the gate can only FAIL clearly or end
-    INCONCLUSIVE, as the fixed-n gate."""
-    x = _check(d, n_planned, groups)
+    `planning_sd` is the design's sd of d (sqrt of the flip rate for 0/1 metrics; for grouped items the
+    sd of their mean times sqrt(n), i.e. with the design effect), which places the futility spending;
+    `mde` the planned MDE: above the margin the gate can only FAIL clearly or end INCONCLUSIVE, as the
+    fixed-n gate. `groups`: one label per planned item (all n_planned, in order): then each look is at
+    the end of a group and reads the cluster-robust CR2 standard error with Bell-McCaffrey df
+    (qeval.stats.clustered_mean_delta), the boundaries moved to t quantiles at those df."""
+    x = _check(d, n_planned)
+    grouped = _grouped(groups)
     looks = look_schedule(n_planned, look_every, min_items)
+    if grouped:
+        if len(groups) != n_planned:
+            raise ValueError(f"{len(groups)} group labels for a design of {n_planned} items: give every item's")
+        looks = cluster_looks(groups, looks)
+    elif binary and not np.isin(x, (-1.0, 0.0, 1.0)).all():
+        raise ValueError("differences of 0/1 scores must be -1, 0 or 1")
     underpowered = mde is not None and mde > margin
     drift = margin * math.sqrt(n_planned) / planning_sd if planning_sd > 0 else math.inf
     des = design(looks, alpha, 0.0 if underpowered else futility, min(drift, 50.0))
-    if binary and not np.isin(x, (-1.0, 0.0, 1.0)).all():
-        raise ValueError("differences of 0/1 scores must be -1, 0 or 1")
     taken: list[Look] = []
+    reason = "no look reached yet"
     for k, t in enumerate(looks):
         if t > len(x):
             break
         y = x[:t]
-        mean = float(y.mean())
-        se = _null_se(y, margin) if binary else (float(y.std(ddof=1)) if t > 1 else 0.0) / math.sqrt(t)
         c, b = des.efficacy[k], des.failure[k]
-        lower, upper = mean - c * se, mean + c * se
-        z = (mean + margin) / se if se > 0 else math.copysign(math.inf, mean + margin)
-        last = t == n_planned
-        if z >= c and not underpowered:
-            verdict, reason = "PASS", f"lower bound {lower:+.4f} > -margin {-margin:+.4f} at {t} of {n_planned} items"
-        elif z <= b and not last:
-            verdict = "FAIL"
-            reason = (f"upper bound {upper:+.4f} < -margin at {t} of {n_planned} items" if upper < -margin else
-                      f"futility: z {z:+.2f} <= {b:+.2f} at {t} of {n_planned} items (cannot reach PASS at n)")
-        elif last and upper < -margin:
-            verdict, reason = "FAIL", f"upper bound {upper:+.4f} < -margin at the full n"
-        elif last and underpowered:
-            verdict, reason = "INCONCLUSIVE", f"suite detects only drops >= {mde:.4f} > margin {margin:.4f}"
-        elif last:
-            verdict, reason = "FAIL", f"lower bound {lower:+.4f} <= -margin {-margin:+.4f} at the full n"
+        if grouped:
+            md = clustered_mean_delta(np.zeros(t), y, [str(g) for g in groups[:t]], adjustment="CR2")
+            se = md.se
+            # the normal boundary's tail probability, read on the t scale the clustered interval uses
+            c, b = (float(stats.t.ppf(stats.norm.cdf(v), md.df)) if math.isfinite(v) else v for v in (c, b))
         else:
-            verdict, reason = "UNDECIDED", f"undecided at {t} of {n_planned} items"
-        taken.append(Look(t, mean, lower, upper, verdict))
+            se = _null_se(y, margin) if binary else (float(y.std(ddof=1)) if t > 1 else 0.0) / math.sqrt(t)
+        verdict, reason, lower, upper = _look(t, n_planned, float(y.mean()), se, c, b, margin, mde)
+        taken.append(Look(t, float(y.mean()), lower, upper, verdict))
         if verdict != "UNDECIDED":
             break
-    if not taken:
-        return SequentialResult("gsd", margin, alpha, n_planned, (), "UNDECIDED", "no look reached yet")
-    return SequentialResult(f"gsd (O'Brien-Fleming spending, {len(looks)} looks, futility {des.futility:g})",
-                            margin, alpha, n_planned, tuple(taken), taken[-1].verdict, reason)
+    kind = "clustered CR2, " if grouped else ""
+    return SequentialResult(f"gsd ({kind}O'Brien-Fleming spending, {len(looks)} looks, futility {des.futility:g})",
+                            margin, alpha, n_planned, tuple(taken), taken[-1].verdict if taken else "UNDECIDED",
+                            reason)
 
 
 def _to_unit(x: np.ndarray, bound: float) -> np.ndarray:
@@ -317,7 +355,9 @@ def betting_gate(d: np.ndarray, n_planned: int, margin: float, alpha: float, *, 
     """PASS once the capital bet on delta > -margin reaches 1/alpha, FAIL once the one bet on
     delta < -margin does, read at the looks; at the full n a gate still undecided has not shown
     non-inferiority: FAIL (INCONCLUSIVE when underpowered). Valid at any stopping time (Ville)."""
-    x = _check(d, n_planned, groups)
+    if _grouped(groups):
+        raise ValueError("the betting gate does not support items in groups: use method gsd for this suite")
+    x = _check(d, n_planned)
     y = _to_unit(x, bound)
     m = (-margin + bound) / (2 * bound)
     up, down = capital(y, m, alpha, "+"), capital(y, m, alpha, "-")

@@ -12,7 +12,7 @@ import pytest
 from scipy import signal, stats
 
 from qeval.stats.exact import score
-from qeval.stats.sequential import (betting_cs, betting_gate, capital, design, gsd_gate, linear_spending,
+from qeval.stats.sequential import (betting_cs, betting_gate, capital, cluster_looks, design, gsd_gate, linear_spending,
                                     look_schedule, obf_spending)
 
 
@@ -125,7 +125,7 @@ def test_peeking_at_the_fixed_n_bound_inflates_what_the_design_does_not():
 
 
 def _capital_by_the_paper(y: np.ndarray, m: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Waudby-Smith & Ramdas (2023) eq. 26-27, written out item by item."""
+    """Waudby-Smith & Ramdas's predictable plug-in bets and capital, written out item by item."""
     up, down, k_up, k_down, s, ss = [], [], 1.0, 1.0, 0.0, 0.25
     for t, yt in enumerate(y, start=1):
         var_prev = ss / t  # sigma_hat^2_{t-1} = (1/4 + sum_{i<t} (y_i - mu_hat_i)^2) / t
@@ -220,11 +220,42 @@ def test_an_undecided_gate_at_n_is_read_against_the_last_boundary_not_a_fresh_fi
     assert (r.verdict, r.items_used) == ("FAIL", n)
 
 
+def test_grouped_items_are_looked_at_between_groups():
+    assert cluster_looks(list("aabbbc"), (1, 3, 6)) == (2, 5, 6)
+    assert cluster_looks(list("aabbbc"), (2, 4)) == (2, 5)
+    with pytest.raises(ValueError, match="contiguous"):
+        cluster_looks(list("abab"), (2, 4))
+
+
+def _grouped_pairs(rng: np.random.Generator, sizes: np.ndarray, delta: float) -> tuple[np.ndarray, list[str]]:
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    shift = rng.normal(0, 0.15, len(sizes))[labels]  # a shared shift per group: intra-group correlation 0.5
+    return delta + (rng.normal(0, 0.15, len(labels)) + shift) / math.sqrt(2), [f"g{x}" for x in labels]
+
+
+def test_the_clustered_gate_keeps_alpha_where_ignoring_the_groups_does_not():
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 8, 150)  # 150 groups of 1 to 7 items, ~600 items
+    n, m, reps = int(sizes.sum()), 0.02, 300
+    deff = 1 + 0.5 * ((sizes ** 2).sum() / n - 1)
+    kw = dict(look_every=100, min_items=200, binary=False, planning_sd=0.15 * math.sqrt(deff))
+    grouped = flat = 0
+    for _ in range(reps):
+        d, g = _grouped_pairs(rng, sizes, -m)
+        r = gsd_gate(d, n, m, 0.05, groups=g, **kw)
+        assert all(look.items in np.cumsum(sizes) for look in r.looks)  # never inside a group
+        grouped += r.verdict == "PASS"
+        flat += gsd_gate(d, n, m, 0.05, **kw).verdict == "PASS"
+    mc = math.sqrt(0.05 * 0.95 / reps)
+    assert grouped / reps <= 0.05 + 2.5 * mc
+    assert flat / reps > 0.05 + 2.5 * mc  # items treated as independent: too many false passes
+
+
 def test_unsupported_inputs_are_refused():
     d = np.zeros(200)
-    with pytest.raises(ValueError, match="groups"):
+    with pytest.raises(ValueError, match="group labels for a design of 200"):
         gsd_gate(d, 200, 0.05, 0.05, look_every=50, min_items=100, binary=False, planning_sd=0.1,
-                 groups=["a"] * 200)
+                 groups=["a"] * 100)
     with pytest.raises(ValueError, match="groups"):
         betting_gate(d, 200, 0.05, 0.05, look_every=50, min_items=100, groups=["a"] * 200)
     with pytest.raises(ValueError, match="unbounded"):
