@@ -3,11 +3,41 @@ performance ratios it must meet. Inline in a campaign file or a file of its own 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer,
+                      model_validator)
 
 from .specs import Strict
+
+
+class SequentialSpec(Strict):
+    """Look at a gate while its suite runs and stop once the verdict is settled (qeval/stats/sequential.py).
+    Parsed and validated; the pipeline does not stop early yet."""
+
+    method: Literal["gsd", "betting"] = "gsd"  # group-sequential (O'Brien-Fleming spending), or a betting CS
+    look_every: int = Field(50, ge=1)  # items between looks
+    min_items: int = Field(100, ge=20)  # the first look: the normal approximation of gsd needs items
+    futility: float | None = Field(None, ge=0, lt=0.5)  # gsd: the power an early FAIL may spend (default 0.05)
+
+    @model_validator(mode="after")
+    def _futility_is_gsds(self) -> "SequentialSpec":
+        if self.futility is not None and self.method != "gsd":
+            raise ValueError(f"futility is a setting of method gsd, not {self.method}")
+        return self
+
+    @property
+    def futility_spend(self) -> float:
+        """The power gsd's early FAIL may spend: 0.05 unless given (benchmarks/sequential_gates.py)."""
+        return 0.0 if self.method != "gsd" else (0.05 if self.futility is None else self.futility)
+
+
+def _without_unset_sequential(model: Strict, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    # a policy that does not use the knob dumps as it did before it existed: its campaign keeps its hash
+    data = handler(model)
+    if getattr(model, "sequential", None) is None:
+        data.pop("sequential", None)
+    return data
 
 
 class GateRule(Strict):
@@ -30,6 +60,18 @@ class GateRule(Strict):
     planning_icc: float | None = Field(None, ge=0, le=1)
     action: Literal["fail", "warn"] = "fail"
     required: bool = False  # a named metric the campaign lacks fails the gate instead of being skipped
+    sequential: SequentialSpec | None = None  # this rule's own; None: the policy's
+
+    @field_validator("sequential")
+    @classmethod
+    def _noninferiority(cls, v: SequentialSpec | None, info: ValidationInfo) -> SequentialSpec | None:
+        if v is not None and info.data.get("mode") != "noninferiority":
+            raise ValueError(f"sequential gates are non-inferiority gates, not {info.data.get('mode')}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset_sequential(self, handler)
 
 
 PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "engine_gpu_bytes", "model_memory_bytes", "kv_cache_tokens",
@@ -70,11 +112,27 @@ class GatePolicy(Strict):
     inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
     bootstrap_resamples: int = Field(10000, ge=100)
     seed: int = 0
+    sequential: SequentialSpec | None = None  # every rule's, unless a rule gives its own
 
     @model_serializer(mode="wrap")
-    def _as_before_recommend(self, handler):
-        # a policy without `recommend` dumps as it did before the key existed: its campaigns keep their hash
-        data = handler(self)
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a policy without `recommend` or `sequential` dumps as it did before they existed: its campaigns
+        # keep their hash
+        data = _without_unset_sequential(self, handler)
         if isinstance(data, dict) and data.get("recommend") is None:
             data.pop("recommend", None)
         return data
+
+    @field_validator("sequential")
+    @classmethod
+    def _sequential_is_noninferiority(cls, v: SequentialSpec | None, info: ValidationInfo) -> SequentialSpec | None:
+        rules = info.data.get("rules", [])
+        other = [i for i, r in enumerate(rules) if r.sequential is None and r.mode != "noninferiority"]
+        if v is not None and other:
+            raise ValueError(f"sequential gates are non-inferiority gates, and rules {other} have another mode: "
+                             "give `sequential` to the non-inferiority rules instead of the whole policy")
+        return v
+
+    def sequential_of(self, rule: GateRule) -> SequentialSpec | None:
+        """The rule's sequential setting, else the policy's (None: a fixed-n gate)."""
+        return rule.sequential if rule.sequential is not None else self.sequential
