@@ -27,6 +27,8 @@ fi
 [ -d "$QEVAL_CACHE/data/bigbench" ] || tar xzf $P/data.tgz -C "$QEVAL_CACHE/data"
 base=$QEVAL_CACHE/models/smollm2-135m-instruct
 [ -f "$base/config.json" ] || PYTHONPATH=$QEVAL_LLMC_PYTHONPATH "$QEVAL_LLMC_PYTHON" qeval/workers/convert_gguf.py "$gguf" "$base"
-PYTHONPATH=$QEVAL_VLLM_PYTHONPATH "$QEVAL_VLLM_PYTHON" scripts/make-random-llama.py "$QEVAL_CACHE/models/llama-3-8b-random" \
+# SKIP_RANDOM_8B=1: only configs/gpu-llama8b.yaml needs it (19 s)
+[ "${SKIP_RANDOM_8B:-0}" = 1 ] || PYTHONPATH=$QEVAL_VLLM_PYTHONPATH "$QEVAL_VLLM_PYTHON" scripts/make-random-llama.py "$QEVAL_CACHE/models/llama-3-8b-random" \
   --tokenizer "$base" ${RANDOM_TINY:+--tiny}  # RANDOM_TINY=1: try this script on a CPU
+PYTHONPATH=$QEVAL_VLLM_PYTHONPATH "$QEVAL_VLLM_PYTHON" -c "import ray; print('ray', ray.__version__)"  # the ray executor's
 echo "device setup took $(( $(date +%s) - t0 )) s"; df -h /tmp | tail -1; nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

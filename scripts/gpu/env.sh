@@ -9,3 +9,5 @@ export QEVAL_MODELOPT_PYTHONPATH=${QEVAL_MODELOPT_PYTHONPATH:-/tmp/site-modelopt
 export QEVAL_VLLM_NAME=${QEVAL_VLLM_NAME:-vllm-0.26.0-cuda13} QEVAL_LLMC_NAME=${QEVAL_LLMC_NAME:-llmc-0.14.0.1-cuda13} QEVAL_MODELOPT_NAME=${QEVAL_MODELOPT_NAME:-modelopt-0.47.0-cuda13}
 # vLLM keeps its torch.compile cache here: a restarted engine (or a rerun) skips the compile
 export VLLM_CACHE_ROOT=/tmp/vllm-cache
+# Ray (the `ray` executor): no OOM killer of its own; the VM's MemTotal starts far below what it can grow to
+export RAY_memory_monitor_refresh_ms=${RAY_memory_monitor_refresh_ms:-0} RAY_USAGE_STATS_ENABLED=0
