@@ -12,6 +12,7 @@ is the only address, and nothing Ray starts is reachable from outside it. Whatev
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,7 @@ class Cluster:
     port: int = 6379  # inside its own namespace: free
     nodes: list[Node] = field(default_factory=list)
     netns: Netns | None = None
+    temp_dirs: list[Path] = field(default_factory=list)  # Ray's session folders, removed by stop()
 
     @property
     def run_prefix(self) -> list[str]:
@@ -102,6 +104,7 @@ class Cluster:
         cache = self.root / name / "cache"
         tmp = Path("/tmp") / f"ray-{token[:8]}"  # Ray's socket paths must stay short: not under pytest's tmp
         tmp.mkdir()
+        self.temp_dirs.append(tmp)
         argv = [str(RAY), "start", "--block", f"--num-cpus={num_cpus}", "--num-gpus=0",
                 f"--resources={{\"{name}\": 1}}", "--object-store-memory=100000000", "--disable-usage-stats",
                 f"--temp-dir={tmp}"]
@@ -168,4 +171,7 @@ class Cluster:
             node.proc.wait(timeout=10)
         if self.netns is not None:
             self.netns.close()
-        return wait_gone(left, timeout=10)
+        gone = wait_gone(left, timeout=10)
+        for tmp in self.temp_dirs:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return gone
