@@ -69,17 +69,28 @@ class LocalExecutor:
 
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
-        from .variant import VariantOutcome, run_variant
+        from .variant import run_variant
 
         t0 = time.monotonic()
         for p in plans:
             if p.role == "variant" and self.max_seconds is not None and time.monotonic() - t0 > self.max_seconds:
-                error = (f"not started: the run's time budget ({self.max_seconds:.0f} s) was spent; run the "
-                         "same command again to resume")
-                reporter.log(f"[{p.name}] NOT EVALUATED: {error}")
-                yield VariantOutcome(name=p.name, status="skipped", error=error)
+                yield budget_spent(p.name, self.max_seconds, reporter)
                 continue
             yield run_variant(p, workspace, sink, reporter)
+
+
+def not_evaluated(name: str, error: str, reporter: "Reporter", status: str = "error") -> "VariantOutcome":
+    """A variant an executor did not (or could not) evaluate: said in the log, and its outcome."""
+    from .variant import VariantOutcome
+
+    reporter.log(f"[{name}] NOT EVALUATED: {error}")
+    return VariantOutcome(name=name, status=status, error=error)
+
+
+def budget_spent(name: str, max_seconds: float, reporter: "Reporter") -> "VariantOutcome":
+    """Not started because the run's time budget is spent: skipped (never PASS); a rerun resumes it."""
+    return not_evaluated(name, f"not started: the run's time budget ({max_seconds:.0f} s) was spent; run the "
+                               "same command again to resume", reporter, status="skipped")
 
 
 def make_executor(spec: ExecutorSpec, max_seconds: float | None = None) -> Executor:

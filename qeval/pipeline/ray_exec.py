@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 from pydantic import Field
 
 from ..errors import ConfigError, MissingEnvError, QevalError
-from .executor import EXECUTORS, ExecutorSpec
+from .executor import EXECUTORS, ExecutorSpec, budget_spent, not_evaluated
 
 if TYPE_CHECKING:
     from ..progress import Reporter
@@ -185,8 +185,9 @@ class RayExecutor:
                                   f"(nodes: {have})", where="executor")
 
     # -- the cluster --------------------------------------------------------------------------
-    def check(self, plans: Sequence["VariantPlan"]) -> None:
-        """Before anything is written: each variant's demand valid, the cluster reached, some node able to hold it."""
+    def check(self, plans: Sequence["VariantPlan"]) -> dict[str, Demand]:
+        """Before anything is written: each variant's demand valid, the cluster reached, some node able to hold
+        it. Returns the demands."""
         demands = {p.name: self.demand(p) for p in plans}
         if self._ray is None:
             self._ray, self._own = self._connect()
@@ -195,6 +196,7 @@ class RayExecutor:
         except BaseException:
             self._let_go()
             raise
+        return demands
 
     def _let_go(self) -> None:
         if self._own and self._ray is not None:
@@ -224,19 +226,17 @@ class RayExecutor:
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "StoredSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
         try:
-            self.check(plans)
-            yield from self._dispatch(self._ray, plans, {p.name: self.demand(p) for p in plans}, workspace, sink,
-                                      reporter)
+            demands = self.check(plans)
+            yield from self._dispatch(self._ray, plans, demands, workspace, sink, reporter)
         finally:
             self._let_go()
 
     def _dispatch(self, ray, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         from .leases import LeaseBook
-        from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
-        from .variant import VariantOutcome
 
         task = ray.remote(variant_task)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -249,7 +249,6 @@ class RayExecutor:
 
     def _follow(self, ray, task, book, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
         from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
-        from .variant import VariantOutcome
 
         q: queue.Queue = queue.Queue()
         by_name = {p.name: p for p in plans}
@@ -304,12 +303,11 @@ class RayExecutor:
                 yield msg.outcome
             elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                 left.discard(name)
-                yield VariantOutcome(name=name, status="error", error="its Ray task ended without an outcome")
+                yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
             elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
                 left.discard(name)
-                error = f"its Ray task failed on {where or 'a worker'}: {str(msg.cause or msg).splitlines()[0]}"
-                reporter.log(f"[{name}] NOT EVALUATED: {error}")
-                yield VariantOutcome(name=name, status="error", error=error)
+                yield not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
+                                          f"{str(msg.cause or msg).splitlines()[0]}", reporter)
             elif isinstance(msg, Exception):  # its worker or node was lost
                 ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
                 why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
@@ -320,14 +318,11 @@ class RayExecutor:
                     submit(by_name[name])
                 else:
                     left.discard(name)
-                    error = f"lost its worker {n} times, the last on {where or 'a node'} ({why})"
-                    reporter.log(f"[{name}] NOT EVALUATED: {error}")
-                    yield VariantOutcome(name=name, status="error", error=error)
+                    yield not_evaluated(name, f"lost its worker {n} times, the last on {where or 'a node'} ({why})",
+                                        reporter)
 
     def _over_budget(self, ray, t0, left, node, gens, by_name, attempt, reporter) -> Iterator["VariantOutcome"]:
         """Past max_seconds, variants not yet placed on a node are not started (as the local executor does)."""
-        from .variant import VariantOutcome
-
         if self.max_seconds is None or time.monotonic() - t0 <= self.max_seconds:
             return
         for name in sorted(left - set(node)):
@@ -336,7 +331,4 @@ class RayExecutor:
             ray.cancel(gens[name], force=True)
             left.discard(name)
             attempt[name] = -1
-            error = (f"not started: the run's time budget ({self.max_seconds:.0f} s) was spent; run the same "
-                     "command again to resume")
-            reporter.log(f"[{name}] NOT EVALUATED: {error}")
-            yield VariantOutcome(name=name, status="skipped", error=error)
+            yield budget_spent(name, self.max_seconds, reporter)
