@@ -111,10 +111,8 @@ class ResultsStore:
             db.execute("INSERT OR REPLACE INTO completions VALUES (?,?,?,?)", (variant_key, suite_key, n_items, time.time()))
 
     def is_complete(self, variant_key: str, suite_key: str) -> bool:
-        cur = self._db.execute("SELECT n_items FROM completions WHERE variant_key=? AND suite_key=?",
-                               (variant_key, suite_key))
-        row = cur.fetchone()
-        return row is not None and len(self.done_ids(variant_key, suite_key)) >= row[0]
+        n = self.n_items(variant_key, suite_key)
+        return n is not None and len(self.done_ids(variant_key, suite_key)) >= n
 
     def n_items(self, variant_key: str, suite_key: str) -> int | None:
         row = self._db.execute("SELECT n_items FROM completions WHERE variant_key=? AND suite_key=?",
@@ -144,8 +142,7 @@ class ResultsStore:
         record belongs to the campaign that reads it) and dated now; the rows copied (0: not complete here)."""
         if not self.is_complete(variant_key, suite_key):
             return 0
-        n_items = self._db.execute("SELECT n_items FROM completions WHERE variant_key=? AND suite_key=?",
-                                   (variant_key, suite_key)).fetchone()[0]
+        n_items = self.n_items(variant_key, suite_key)
         now = time.time()
         rows = [(*r[:4], variant or r[4], suite or r[5], *r[6:12], now) for r in self._db.execute(
             "SELECT * FROM records WHERE variant_key=? AND suite_key=?", (variant_key, suite_key))]
