@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from typing import TYPE_CHECKING, Mapping
+
 from .policy import GatePolicy, GateRule
 from .record import Comparison, GateResult, GateVerdict
 from .stats import decide
 from .stats.exact import noninferiority_exact
+
+if TYPE_CHECKING:
+    from .metrics import MetricSpec
+    from .stats.sequential import SequentialResult
+
+# (variant, suite, metric) -> the sequential result of a gate that looked while its suite ran
+Sequential = Mapping[tuple[str, str, str], "SequentialResult"]
 
 
 def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
@@ -26,6 +35,32 @@ def direction_of(rule: GateRule, c: Comparison) -> str | None:
     if rule.direction is not None:
         return rule.direction
     return None if c.higher_is_better is None else ("higher" if c.higher_is_better else "lower")
+
+
+def direction_of_spec(rule: GateRule, spec: "MetricSpec") -> str | None:
+    """direction_of, for a metric known by its declaration alone (before any comparison is made)."""
+    if rule.direction is not None:
+        return rule.direction
+    return None if spec.higher_is_better is None else ("higher" if spec.higher_is_better else "lower")
+
+
+def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> GateResult:
+    """A gate that looked while its suite ran: its verdict is the design's, read at the look that decided it
+    (an interval on the items used, taken as a fixed-n one, would be peeking)."""
+    verdict: GateVerdict = "INCONCLUSIVE" if seq.verdict == "UNDECIDED" else seq.verdict
+    reason = seq.reason if seq.verdict != "UNDECIDED" else f"{seq.reason}: the suite stopped before a decision"
+    if verdict == "FAIL" and rule.action == "warn":
+        verdict = "WARN"
+    last = seq.looks[-1] if seq.looks else None
+    bound = (lambda x: None if x is None or x != x else x)  # the betting method has no interval: its capital decides
+    sign = -1.0 if direction_of(rule, c) == "lower" else 1.0
+    return GateResult(variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, mode=rule.mode,
+                      margin=seq.margin, margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
+                      alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
+                      delta=last.mean if last else sign * c.delta, lower_bound=bound(last.lower if last else None),
+                      upper_bound=bound(last.upper if last else None), mde=c.mde, p_value=c.p_value,
+                      p_adjusted=c.p_adjusted, action=rule.action, verdict=verdict, reason=reason,
+                      sequential=seq.method, items_used=seq.items_used, items_planned=seq.n_planned)
 
 
 def _undirected(c: Comparison, rule: GateRule, margin: float) -> GateResult:
@@ -70,7 +105,16 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
                       p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason)
 
 
-def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str]) -> list[GateResult]:
+def _not_run(variant: str, suite: str, metric: str, rule: GateRule, why: str) -> GateResult:
+    return GateResult(variant=variant, suite=suite, metric=metric, rule=rule.match, mode=rule.mode, margin=rule.margin,
+                      margin_spec=f"{rule.margin:g}", alpha=rule.alpha, beta=rule.beta, action=rule.action,
+                      verdict="NOT_RUN", reason=why)
+
+
+def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str], sequential: Sequential = {},
+             not_run: Mapping[str, Mapping[str, tuple[str, str]]] = {}) -> list[GateResult]:
+    """`sequential`: the results of gates that looked while their suite ran (they decide those gates);
+    `not_run`: per variant, the suites it skipped after a failed gate, each as (its primary metric, why)."""
     results = []
     for c in comparisons:
         # a rule names a metric when its pattern's last part is that metric, e.g. "logprobs/*/top1"
@@ -80,7 +124,13 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
             continue  # secondary metrics are reported, gated only when a rule names them
         rule = rule_for(policy, c.suite, c.metric)
         if rule is not None:
-            results.append(_gate(c, rule, policy))
+            seq = sequential.get((c.variant, c.suite, c.metric))
+            results.append(_gate(c, rule, policy) if seq is None else _sequential_gate(c, rule, seq))
+    for v, suites in not_run.items():  # never passed, never failed: the variant had failed already
+        for suite, (metric, why) in suites.items():
+            rule = rule_for(policy, suite, metric)
+            if rule is not None:
+                results.append(_not_run(v, suite, metric, rule, why))
     # a metric the policy requires but the campaign lacks is a failure, never a silent pass
     for rule in (r for r in policy.rules if r.required):
         for v in variants:

@@ -12,8 +12,8 @@ from .specs import Strict
 
 
 class SequentialSpec(Strict):
-    """Look at a gate while its suite runs and stop once the verdict is settled (qeval/stats/sequential.py).
-    Parsed and validated; the pipeline does not stop early yet."""
+    """Look at a gate while its suite runs and stop once the verdict is settled (qeval/stats/sequential.py;
+    the looks: qeval/looks.py)."""
 
     method: Literal["gsd", "betting"] = "gsd"  # group-sequential (O'Brien-Fleming spending), or a betting CS
     look_every: int = Field(50, ge=1)  # items between looks
@@ -113,14 +113,19 @@ class GatePolicy(Strict):
     bootstrap_resamples: int = Field(10000, ge=100)
     seed: int = 0
     sequential: SequentialSpec | None = None  # every rule's, unless a rule gives its own
+    # once a gate of action fail FAILs a variant, skip its remaining suites (its verdict is FAIL whatever
+    # they show: the overall PASS is an intersection-union test); they are reported NOT_RUN
+    stop_variant_on_fail: bool = False
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # a policy without `recommend` or `sequential` dumps as it did before they existed: its campaigns
-        # keep their hash
+        # a policy without `recommend`, `sequential` or `stop_variant_on_fail` dumps as it did before they
+        # existed: its campaigns keep their hash
         data = _without_unset_sequential(self, handler)
         if isinstance(data, dict) and data.get("recommend") is None:
             data.pop("recommend", None)
+        if isinstance(data, dict) and not data.get("stop_variant_on_fail"):
+            data.pop("stop_variant_on_fail", None)
         return data
 
     @field_validator("sequential")
@@ -132,6 +137,15 @@ class GatePolicy(Strict):
             raise ValueError(f"sequential gates are non-inferiority gates, and rules {other} have another mode: "
                              "give `sequential` to the non-inferiority rules instead of the whole policy")
         return v
+
+    @property
+    def sequential_in_use(self) -> bool:
+        return any(self.sequential_of(r) is not None for r in self.rules)
+
+    @property
+    def looks_while_running(self) -> bool:
+        """Whether a variant's run must gate as it goes (sequential rules, or stopping on a failure)."""
+        return self.stop_variant_on_fail or self.sequential_in_use
 
     def sequential_of(self, rule: GateRule) -> SequentialSpec | None:
         """The rule's sequential setting, else the policy's (None: a fixed-n gate)."""

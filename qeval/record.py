@@ -16,7 +16,8 @@ SCHEMA_VERSION = 3
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
-GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED"]
+# NOT_RUN: a gate whose suite was skipped because the variant had already failed (stop_variant_on_fail)
+GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED", "NOT_RUN"]
 
 
 class SuiteSummary(_Model):
@@ -25,6 +26,7 @@ class SuiteSummary(_Model):
     n: int
     primary: str
     means: dict[str, float]
+    planned: int | None = None  # the suite's items, where sequential gates stopped it before them all
 
 
 class VariantResult(_Model):
@@ -50,6 +52,7 @@ class VariantResult(_Model):
     kv_cache_tokens: int | None = None
     eval_seconds: float | None = None
     reused: dict[str, int] = {}  # per suite, records another campaign stored under the same keys: not served again
+    not_run: dict[str, str] = {}  # per suite skipped because a gate had already failed the variant: why
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []
@@ -139,6 +142,9 @@ class GateResult(_Model):
     p_value: float | None = None
     p_adjusted: float | None = None
     p_exact: float | None = None  # 0/1 metrics: the exact unconditional test a PASS must also clear
+    sequential: str | None = None  # the method of a gate that looked while its suite ran (None: fixed n)
+    items_used: int | None = None  # sequential: the items its decision read (the rest were not evaluated)
+    items_planned: int | None = None
     action: Literal["fail", "warn"]
     verdict: GateVerdict
     reason: str = ""

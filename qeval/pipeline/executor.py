@@ -69,14 +69,19 @@ class LocalExecutor:
 
     def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
+        from .monitor import Reference
         from .variant import run_variant
 
         t0 = time.monotonic()
+        reference = None  # the baseline's records, which gates that look while a variant runs pair with
         for p in plans:
             if p.role == "variant" and self.max_seconds is not None and time.monotonic() - t0 > self.max_seconds:
                 yield budget_spent(p.name, self.max_seconds, reporter)
                 continue
-            yield run_variant(p, workspace, sink, reporter)
+            out = run_variant(p, workspace, sink, reporter, reference=reference)
+            if p.role == "baseline" and out.status == "ok" and any(q.gates is not None for q in plans):
+                reference = Reference.read(sink, out.key, p)
+            yield out
 
 
 def not_evaluated(name: str, error: str, reporter: "Reporter", status: str = "error") -> "VariantOutcome":

@@ -6,13 +6,17 @@ Reads the campaign's store and the record's variant list; serves nothing, so `qe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import CampaignConfig, GateRule
+from ..config import CampaignConfig, GatePolicy, GateRule
 from ..metrics import UNDECLARED
 from ..record import RunRecord, SuiteSummary, VariantResult
 from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
-from .plan import Plan
+
+if TYPE_CHECKING:
+    from ..looks import SuiteLook
+from .plan import Plan, SuiteKey
 
 # the comparison's statistics (compare, gates: scipy.stats) take about a second to import; they are
 # imported where a comparison is made, so a run that is cut before comparing never loads them
@@ -39,14 +43,67 @@ def load_probe(res: VariantResult, path: Path | None) -> bool:
     return True
 
 
-def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]],
-                 name: str, vkey: str, p: Plan, complete_only: bool = False) -> list:
-    """KL divergence and top-1 agreement per chunk against the baseline, as paired comparisons
-    (the baseline's own KL is 0 and its agreement 1), plus a per-token summary in the record."""
+def itemwise_comparisons(policy: GatePolicy, seed: int, name: str, sk: SuiteKey, base_recs: list[Record],
+                         cand_recs: list[Record]) -> tuple[list, dict, "SuiteLook | None"]:
+    """A per-item suite of one variant against the baseline: its comparisons, the results of its gates
+    that look while the suite runs (keyed (variant, suite, metric)), and the look they came from."""
+    from ..compare import align, compare_metric
+    from ..gates import rule_for
+    from ..looks import look_at_suite, suite_order
+
+    paired = align(sk.suite, base_recs, cand_recs)
+    metrics = sorted(paired.base)
+    comparisons = []
+    for m in metrics:
+        # logprobs suites are gated on KL (chunk_comparisons), their nll is reported
+        is_primary = m == (sk.primary or metrics[0]) and not sk.suite.startswith("logprobs/")
+        rule = rule_for(policy, sk.suite, m) or GateRule()
+        comparisons.append(compare_metric(name, sk.suite, m, is_primary, paired, rule, policy,
+                                          spec=sk.metrics.get(m, UNDECLARED)))
+    sequential: dict = {}
+    look = None
+    if policy.sequential_in_use and metrics and not sk.suite.startswith("logprobs/"):
+        base = [r for r in base_recs if r.sample == 0]
+        order, groups = suite_order([r.item_id for r in base], [r.group for r in base], seed, sk.key)
+        means = {m: sum(r.scores[m] for r in base) / len(base) for m in metrics}
+        look = look_at_suite(policy, sk.suite, sk.primary, sk.metrics, paired, order, groups, means)
+        sequential = {(name, sk.suite, m): r for m, r in look.results.items() if r is not None}
+    return comparisons, sequential, look
+
+
+def chunk_comparisons(policy: GatePolicy, seed: int, name: str, lp, base_recs: list[Record], cand_recs: list[Record],
+                      cc=None) -> tuple[list, dict, "SuiteLook | None"]:
+    """KL divergence and top-1 agreement per chunk of a logprobs suite, as paired comparisons (the
+    baseline's own KL is 0 and its agreement 1), and the results of its sequential gates."""
     import numpy as np
 
     from ..compare import Paired, compare_metric
     from ..gates import rule_for
+    from ..looks import look_at_suite, suite_order
+    from ..suites.logprobs import compare_chunks
+
+    cc = cc if cc is not None else compare_chunks(base_recs, cand_recs)
+    if not cc.ids:
+        return [], {}, None
+    n = len(cc.ids)
+    paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
+                    cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
+    comparisons = []
+    for m in ("kl", "top1") if cc.alternatives else ("kl",):
+        rule = rule_for(policy, lp.suite, m) or GateRule()
+        comparisons.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, policy, spec=lp.metrics()[m]))
+    sequential: dict = {}
+    look = None
+    if policy.sequential_in_use:
+        order, groups = suite_order([r.item_id for r in base_recs], [None] * len(base_recs), seed, lp.key)
+        look = look_at_suite(policy, lp.suite, "kl", lp.metrics(), paired, order, groups, {"kl": 0.0, "top1": 1.0})
+        sequential = {(name, lp.suite, m): r for m, r in look.results.items() if r is not None}
+    return comparisons, sequential, look
+
+
+def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]],
+                 name: str, vkey: str, p: Plan, complete_only: bool = False, sequential: dict | None = None) -> list:
+    """The logprobs suites' comparisons (chunk_comparisons), plus a per-token summary in the record."""
     from ..stats.distribution import summarize as summarize_positions
     from ..suites.logprobs import compare_chunks, perplexity
 
@@ -71,49 +128,50 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
                        "lower bound; no top-1 agreement)")
         res.distribution[lp.suite] = Distribution.model_validate(figures)
         base_res.distribution[lp.suite] = BaselineDistribution(perplexity=perplexity(base_recs), chunks=len(base_recs))
-        if not cc.ids:
-            continue
-        n = len(cc.ids)
-        paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
-                        cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
-        for m in ("kl", "top1") if cc.alternatives else ("kl",):
-            rule = rule_for(cfg.gates, lp.suite, m) or GateRule()
-            out.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, cfg.gates,
-                                      spec=lp.metrics()[m]))
+        comps, seq, _ = chunk_comparisons(cfg.gates, cfg.seed, name, lp, base_recs, cand_recs, cc)
+        out += comps
+        if sequential is not None:
+            sequential.update(seq)
     return out
 
 
 def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str],
                      p: Plan) -> None:
     """Every variant with a key against the baseline, gated; verdicts into the record."""
-    from ..compare import adjust_all, align, compare_metric
-    from ..gates import evaluate, evaluate_performance, overall_verdict, rule_for, variant_verdict
+    from ..compare import adjust_all
+    from ..gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
 
     partial = {r.name for r in record.variants if r.status == "partial"}
     base_key = keys.get(cfg.baseline.name) if cfg.baseline.name not in partial else None
     comparisons = []
+    sequential: dict = {}  # (variant, suite, metric) -> the result of a gate that looked while its suite ran
+    not_run: dict[str, dict[str, tuple[str, str]]] = {}
     if base_key is not None:
         # the baseline's records are read once, not once per variant
         base_records = {k.key: store.records(base_key, k.key) for k in p.suite_keys()}
         for v in cfg.variants:
             if v.name not in keys:
                 continue
-            for suite, skey, primary, declared in p.suite_keys():
-                if v.name in partial and not store.is_complete(keys[v.name], skey):
+            for sk in p.suite_keys():
+                if v.name in partial and not store.is_complete(keys[v.name], sk.key):
                     continue
-                paired = align(suite, base_records[skey], store.records(keys[v.name], skey))
-                metrics = sorted(paired.base)
-                for m in metrics:
-                    # logprobs suites are gated on KL (below), their nll is reported
-                    is_primary = m == (primary or metrics[0]) and not suite.startswith("logprobs/")
-                    rule = rule_for(cfg.gates, suite, m) or GateRule()
-                    comparisons.append(compare_metric(v.name, suite, m, is_primary, paired, rule, cfg.gates,
-                                                      spec=declared.get(m, UNDECLARED)))
+                comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, v.name, sk, base_records[sk.key],
+                                                  store.records(keys[v.name], sk.key))
+                comparisons += comps
+                sequential.update(seq)
             comparisons += distribution(cfg, record, store, base_records, v.name, keys[v.name], p,
-                                        complete_only=v.name in partial)
+                                        complete_only=v.name in partial, sequential=sequential)
+            res = next((r for r in record.variants if r.name == v.name), None)
+            for suite, why in (res.not_run if res is not None else {}).items():
+                sk = next(k for k in p.suite_keys() if k.suite == suite)
+                base_metrics = sorted(base_records[sk.key][0].scores) if base_records[sk.key] else []
+                metric = "kl" if suite.startswith("logprobs/") else sk.primary or (base_metrics or ["score"])[0]
+                not_run.setdefault(v.name, {})[suite] = (metric, why)
+            _planned(res, sequential, v.name)
     record.comparisons = adjust_all(comparisons, cfg.gates.correction)
     record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
-    record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys])
+    record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys],
+                            sequential, not_run)
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name and r.status == "ok"), None)
     if base_res is not None:
         for r in record.variants:
@@ -123,3 +181,13 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
         evaluated = base_key is not None and v.name in keys and v.name not in partial
         record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
     record.verdict = overall_verdict(record.verdicts)
+
+
+def _planned(res: VariantResult | None, sequential: dict, name: str) -> None:
+    """A suite its sequential gates stopped says how many items it had planned."""
+    if res is None:
+        return
+    for s in res.suites:
+        planned = [r.n_planned for (v, suite, _), r in sequential.items() if v == name and suite == s.suite]
+        if planned and s.n < max(planned):
+            s.planned = max(planned)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
-from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GridSpec, ProbeSpec, VariantSpec
+from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GatePolicy, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
 from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
@@ -67,6 +67,7 @@ class VariantPlan:
     slo: dict[str, float]
     seed: int
     settings: Settings
+    gates: GatePolicy | None = None  # what the variant's run gates as it goes (monitor.py); None: nothing
 
     @property
     def name(self) -> str:
@@ -206,6 +207,27 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
             raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
 
+def _batched(cfg: CampaignConfig, ref, tasks: list[LmEvalTask], config_file: str) -> list[LmEvalTask]:
+    """Each task a sequential gate reads, cut at its looks (every look of a rule that gates one of its
+    metrics); lm-eval then runs it in those batches, for the baseline as for every variant."""
+    from ..gates import rule_for
+    from ..looks import pauses
+
+    policy, out = cfg.gates, []
+    for t in tasks:
+        rules = {id(r): r for m in t.metrics if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
+                 and policy.sequential_of(r) is not None}
+        if not rules:
+            out.append(t)
+            continue
+        if ref.limit is None:
+            raise ConfigError(f"lm-eval task {t.name}: a sequential gate reads it, which needs the suite's `limit` "
+                              "(the number of docs the looks are planned over)", file=config_file,
+                              where="suites: lm_eval.limit")
+        out.append(t.in_batches(pauses(policy, list(rules.values()), [None] * ref.limit, ref.limit)))
+    return out
+
+
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
     """Resolve and validate every suite and variant before anything starts: what the files say first (exit 2),
     then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
@@ -213,7 +235,8 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     custom = [load_suite(s.path) for s in refs]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
-    lmeval = [(s, resolve_tasks(s, settings.data, config_file)) for s in cfg.suites if s.kind == "lm_eval"]
+    lmeval = [(s, _batched(cfg, s, resolve_tasks(s, settings.data, config_file), config_file))
+              for s in cfg.suites if s.kind == "lm_eval"]
     base = base_checkpoint(cfg, settings)
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
@@ -236,5 +259,5 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
             engine_kind=engine_kind(v, spec), dtype=None if ext else dtype, suites=suites,
             probe=cfg.probe if cfg.probe.enabled else None, grid=cfg.grid if in_grid else None,
             cell_probe=cell_probe(cfg.grid, cfg.probe) if in_grid else None, slo=dict(cfg.probe.slo),
-            seed=cfg.seed, settings=settings))
+            seed=cfg.seed, settings=settings, gates=cfg.gates if cfg.gates.looks_while_running else None))
     return out

@@ -86,8 +86,8 @@ def _reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
         raise QevalError(f"no Ray cluster reachable at {where}: {e}") from None
 
 
-def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float, book, holder: str
-                 ) -> Iterator[Any]:
+def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float, book, holder: str,
+                 reference=None) -> Iterator[Any]:
     """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream, each
     stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
     from .remote import Done, variant_stream
@@ -107,7 +107,7 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
             return
     # its devices: the GPUs Ray gave it (a shared one too, when packed), else its node's CPUs
     keys = [f"{me}/gpu{g}" for g in ray.get_gpu_ids()] or [f"{me}/cpu"]
-    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder))
+    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder), reference=reference)
 
 
 def _guard(ray, book, keys: list[str], holder: str):
@@ -248,6 +248,7 @@ class RayExecutor:
             ray.kill(book)
 
     def _follow(self, ray, task, book, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+        from .monitor import Reference
         from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
 
         q: queue.Queue = queue.Queue()
@@ -255,6 +256,18 @@ class RayExecutor:
         attempt: dict[str, int] = {}
         gens: dict[str, Any] = {}
         node: dict[str, str] = {}
+        # gates that look while a variant runs pair with the baseline's records: the baseline goes first
+        # alone, and the others are submitted with its records once it is done
+        waits = any(p.gates is not None for p in plans[1:])
+        reference: dict[str, Reference | None] = {"records": None}
+
+        def settled(name: str, outcome: "VariantOutcome") -> "VariantOutcome":
+            if waits and name == plans[0].name:
+                if outcome.status == "ok":
+                    reference["records"] = Reference.read(sink, outcome.key, plans[0])
+                for p in plans[1:]:
+                    submit(p)
+            return outcome
 
         def submit(p: "VariantPlan") -> None:
             attempt[p.name] = attempt.get(p.name, 0) + 1
@@ -263,12 +276,12 @@ class RayExecutor:
             gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
                 p, sink.stored(p.name), shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
-                f"{p.name}#{attempt[p.name]}")
+                f"{p.name}#{attempt[p.name]}", reference["records"] if p.role == "variant" else None)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
 
-        for p in plans:
+        for p in plans[:1] if waits else plans:
             submit(p)
         left = set(by_name)
         t0 = time.monotonic()
@@ -300,14 +313,14 @@ class RayExecutor:
             elif isinstance(msg, Done):
                 unpack(msg.files, workspace)
                 left.discard(name)
-                yield msg.outcome
+                yield settled(name, msg.outcome)
             elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                 left.discard(name)
-                yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
+                yield settled(name, not_evaluated(name, "its Ray task ended without an outcome", reporter))
             elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
                 left.discard(name)
-                yield not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
-                                          f"{str(msg.cause or msg).splitlines()[0]}", reporter)
+                yield settled(name, not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
+                                                        f"{str(msg.cause or msg).splitlines()[0]}", reporter))
             elif isinstance(msg, Exception):  # its worker or node was lost
                 ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
                 why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
@@ -318,8 +331,8 @@ class RayExecutor:
                     submit(by_name[name])
                 else:
                     left.discard(name)
-                    yield not_evaluated(name, f"lost its worker {n} times, the last on {where or 'a node'} ({why})",
-                                        reporter)
+                    yield settled(name, not_evaluated(
+                        name, f"lost its worker {n} times, the last on {where or 'a node'} ({why})", reporter))
 
     def _over_budget(self, ray, t0, left, node, gens, by_name, attempt, reporter) -> Iterator["VariantOutcome"]:
         """Past max_seconds, variants not yet placed on a node are not started (as the local executor does)."""
@@ -328,7 +341,8 @@ class RayExecutor:
         for name in sorted(left - set(node)):
             if by_name[name].role != "variant":
                 continue
-            ray.cancel(gens[name], force=True)
+            if name in gens:  # else never submitted (waiting for the baseline)
+                ray.cancel(gens[name], force=True)
             left.discard(name)
             attempt[name] = -1
             yield budget_spent(name, self.max_seconds, reporter)

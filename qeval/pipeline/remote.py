@@ -94,12 +94,18 @@ class StreamSink:
         self.emit, self.shared = emit, shared
         self.done = {k: set(v) for k, v in stored.done.items()}
         self.complete = set(stored.complete)
+        # the records sent from here: what this task's looks read (a retry's looks start from its own, so a
+        # suite an earlier attempt began only stops at a look the records sent since reach)
+        self.sent: dict[tuple[str, str], dict[tuple[str, int], Record]] = {}
 
     def done_ids(self, vkey: str, skey: str) -> set[str]:
         return set(self.done.get((vkey, skey), ()))
 
     def is_complete(self, vkey: str, skey: str) -> bool:
         return (vkey, skey) in self.complete
+
+    def records(self, vkey: str, skey: str) -> list[Record]:
+        return sorted(self.sent.get((vkey, skey), {}).values(), key=lambda r: (r.item_id, r.sample))
 
     def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
         if self.shared is None or not self.shared.exists():
@@ -116,6 +122,7 @@ class StreamSink:
     def put(self, vkey: str, skey: str, variant: str, suite: str, records: Iterable[Record]) -> None:
         recs = tuple(records)
         self.done.setdefault((vkey, skey), set()).update(r.item_id for r in recs)
+        self.sent.setdefault((vkey, skey), {}).update({(r.item_id, r.sample): r for r in recs})
         self.emit(Put(vkey, skey, variant, suite, recs))
 
     def mark_complete(self, vkey: str, skey: str, n_items: int) -> None:
@@ -181,7 +188,7 @@ _END = object()
 
 
 def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], settings: Settings | None = None,
-                   workspace: Path | None = None, guard: Guard = unguarded) -> Iterator[Message]:
+                   workspace: Path | None = None, guard: Guard = unguarded, reference=None) -> Iterator[Message]:
     """Run one variant on this node and yield what it produces, as it produces it; the last message is
     Done. `files`: the driver's probe and grid files, so what is done is not redone. The workspace is the
     node's own (a fresh temporary folder unless given) and is removed afterwards."""
@@ -196,7 +203,7 @@ def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], s
 
     def work() -> None:
         try:
-            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put), guard)
+            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put), guard, reference)
         except BaseException as e:  # an unexpected fault travels to the driver as the task's error
             result["error"] = e
         finally:

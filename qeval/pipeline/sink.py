@@ -23,6 +23,10 @@ class RecordSink(Protocol):
 
     def is_complete(self, vkey: str, skey: str) -> bool: ...
 
+    def records(self, vkey: str, skey: str) -> list[Record]:
+        """The records of the variant key's suite this sink knows (what the looks of sequential gates read)."""
+        ...
+
     def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
         """Take a whole suite another campaign stored under the same keys; the records taken (0: none)."""
         ...
@@ -66,6 +70,9 @@ class StoreSink:
 
     def is_complete(self, vkey: str, skey: str) -> bool:
         return self.store.is_complete(vkey, skey)
+
+    def records(self, vkey: str, skey: str) -> list[Record]:
+        return self.store.records(vkey, skey)
 
     def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
         return 0 if self.shared is None else self.shared.copy_suite(self.store, vkey, skey, variant, suite)

@@ -23,7 +23,8 @@ from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..store import Record
 from .leases import Guard, unguarded
-from .plan import UNQUANTIZED, VariantPlan, variant_key
+from .monitor import Monitor, Reference, lmeval_cuts
+from .plan import UNQUANTIZED, SuiteKey, VariantPlan, variant_key
 from .sink import RecordSink
 
 
@@ -55,6 +56,7 @@ class VariantOutcome:
     eval_seconds: float | None = None
     probe_path: str | None = None  # the stored latency probe, where there is one
     reused: dict[str, int] = field(default_factory=dict)  # per suite, records another campaign stored
+    not_run: dict[str, str] = field(default_factory=dict)  # per suite skipped after a failed gate, why
     grid: dict[str, Any] | None = None
 
     def facts(self) -> dict[str, Any]:
@@ -89,8 +91,10 @@ class _Run:
     """The state of one variant's run; only `run_variant` makes one."""
 
     def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
-                 guard: Guard = unguarded):
+                 guard: Guard = unguarded, reference: Reference | None = None):
         self.plan, self.ws, self.sink, self.reporter, self.guard = plan, workspace, sink, reporter, guard
+        self.reference = reference
+        self.monitor: Monitor | None = None  # once the variant's key is known
         self.v, self.log = plan.variant, reporter.log
         self.logs = workspace / plan.logs
         self.facts: dict[str, Any] = {}
@@ -111,6 +115,7 @@ class _Run:
 
     def todo(self, vkey: str, rows: list) -> bool:
         p = self.plan
+        self.monitor = Monitor(p, self.reference, self.sink, vkey, self.log)
         for k in p.suites.suite_keys():  # whole suites another campaign stored under the same keys
             if not self.sink.is_complete(vkey, k.key) and (n := self.sink.reuse(vkey, k.key, self.v.name, k.suite)):
                 self.reused[k.suite] = n
@@ -118,8 +123,10 @@ class _Run:
                          "engine, dtype and suite): not served again")
         probe_missing = p.probe is not None and not (self.ws / p.probe_path(vkey)).exists()
         grid_missing = any(r.on_server and not r.path.exists() for r in rows)  # they need the evaluation's server
-        return probe_missing or grid_missing or any(not self.sink.is_complete(vkey, k.key)
-                                                    for k in p.suites.suite_keys())
+        missing = [k for k in p.suites.suite_keys() if not self.sink.is_complete(vkey, k.key)]
+        if missing and self.monitor.failed_already():  # a rerun: the stored suites failed it, the rest stay skipped
+            missing = [k for k in missing if not self.monitor.skip(k)]
+        return probe_missing or grid_missing or bool(missing)
 
     # -- serving and evaluating -------------------------------------------------------------
     def evaluate(self, ckpt: Path | None, vkey: str, rows: list) -> None:
@@ -144,21 +151,34 @@ class _Run:
                          f"{p.engine.max_restarts}, resuming from the store")
                 self.facts["restarts"] += 1
 
-    def _itemwise(self, vkey: str, suite: str, key: str, total: int,
+    def _itemwise(self, vkey: str, sk: SuiteKey, items: list[tuple[str, str | None]],
                   run: Callable[[set[str], Callable[[list[Record]], None]], int], note: str = "") -> None:
-        """Run one per-item suite: skip what is stored, store each record as it arrives, mark it done."""
-        if self.sink.is_complete(vkey, key):
+        """Run one per-item suite: skip what is stored, store each record as it arrives, mark it done.
+        With sequential gates, in the seeded order, a batch per look, until every gate of it is decided."""
+        key, monitor = sk.key, self.monitor
+        if self.sink.is_complete(vkey, key) or monitor.skip(sk):
             return
         done = self.sink.done_ids(vkey, key)
-        with self.reporter.step(f"[{self.v.name}] {suite}{note}", total=total) as advance:
+        ids = [i for i, _ in items]
+        cuts = monitor.batches(sk, ids, [g for _, g in items]) or [ids]
+        with self.reporter.step(f"[{self.v.name}] {sk.suite}{note}", total=len(items)) as advance:
             advance(len(done))
 
             def put(recs: list[Record]) -> None:
-                self.sink.put(vkey, key, self.v.name, suite, recs)
+                self.sink.put(vkey, key, self.v.name, sk.suite, recs)
                 advance(len(recs))
 
-            run(done, put)
-        self.sink.mark_complete(vkey, key, total)
+            evaluated: set[str] = set(done)
+            for batch in cuts:
+                want = set(batch) - evaluated
+                if want:
+                    run(set(ids) - want, put)  # the runner skips what it is told is done: all but this batch
+                    evaluated |= want
+                if len(cuts) > 1 and monitor.look(sk):
+                    break
+        # a suite its gates stopped is complete at the items it used: a rerun does not serve it again
+        self.sink.mark_complete(vkey, key, len(items) if evaluated >= set(ids) else len(evaluated & set(ids)))
+        monitor.finished(sk)
 
     def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
         p, v = self.plan, self.v
@@ -187,39 +207,76 @@ class _Run:
     def _suites(self, engine, endpoint, vkey: str) -> None:
         """Every suite the store lacks, on the running engine; then what the engine holds in memory."""
         from ..suites.custom import run_custom
-        from ..suites.lmeval import run_lmeval
         from ..suites.logprobs import run_logprobs
 
         p, v, s = self.plan, self.v, self.plan.suites
         t_eval = time.monotonic()
         timeout, backoff = p.engine.request_timeout_s, p.engine.retry_backoff_s
+        keys = {k.key: k for k in s.suite_keys()}
         for suite in s.custom:
-            self._itemwise(vkey, f"custom/{suite.name}", suite.key, len(suite.items),
+            self._itemwise(vkey, keys[suite.key], [(it.id, it.group) for it in suite.items],
                            lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
                                                                  concurrency=s.concurrency.get(c.key, 8),
                                                                  retry_backoff_s=backoff))
         for lp in s.logprobs:
-            self._itemwise(vkey, lp.suite, lp.key, len(lp.chunks),
+            self._itemwise(vkey, keys[lp.key], [(f"{i:04d}", None) for i in range(len(lp.chunks))],
                            lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout,
                                                                 retry_backoff_s=backoff),
                            note=" (prompt logprobs)")
         for ref, tasks in s.lmeval:
-            todo = [t for t in tasks if not self.sink.is_complete(vkey, t.key)]
-            if not todo:
-                continue
-
-            def task_sink(t, recs: list[Record]) -> None:
-                self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
-                self.sink.mark_complete(vkey, t.key, len(recs))
-
-            with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in todo)}"):
-                run_lmeval(ref, todo, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
-                           task_sink, self.logs / f"lmeval-{v.name}.log")
+            self._lmeval(ref, [t for t in tasks if not self.sink.is_complete(vkey, t.key)], endpoint, vkey, keys)
         self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
         mem = engine.memory()
         self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
                           model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
                           kv_cache_tokens=mem.kv_cache_tokens)
+
+    def _lmeval(self, ref, todo: list, endpoint, vkey: str, keys: dict[str, SuiteKey]) -> None:
+        """lm-eval's tasks in one process; a task with sequential gates in its batches (lm-eval's --samples,
+        the same calls for the baseline and every variant, so that few-shot prompts match), one process per
+        batch, until its gates are decided."""
+        from ..suites.lmeval import run_lmeval
+
+        v, p, monitor = self.v, self.plan, self.monitor
+        todo = [t for t in todo if not monitor.skip(keys[t.key])]
+        if not todo:
+            return
+        cuts = {t.name: lmeval_cuts(p.seed, keys[t.key], t.batches, t.settings["limit"]) if t.batches else None
+                for t in todo}
+        used: dict[str, set[str]] = {t.name: set(self.sink.done_ids(vkey, t.key)) for t in todo}
+
+        def task_sink(t, recs: list[Record]) -> None:
+            self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
+            used[t.name] |= {r.item_id for r in recs}
+            if cuts[t.name] is None:
+                self.sink.mark_complete(vkey, t.key, len(recs))
+
+        plain = [t for t in todo if cuts[t.name] is None]
+        if plain:
+            with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in plain)}"):
+                run_lmeval(ref, plain, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
+                           task_sink, self.logs / f"lmeval-{v.name}.log")
+            for t in plain:
+                monitor.finished(keys[t.key])
+        going = [t for t in todo if cuts[t.name] is not None]
+        for k in range(max((len(cuts[t.name]) for t in going), default=0)):
+            if monitor.failed and p.gates.stop_variant_on_fail:
+                going = [t for t in going if not monitor.skip(keys[t.key])]
+            samples = {t.name: sorted(i for i in cuts[t.name][k] if str(i) not in used[t.name])
+                       for t in going if k < len(cuts[t.name])}
+            batch = [t for t in going if samples.get(t.name)]
+            if batch:
+                with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in batch)} (batch {k + 1})"):
+                    run_lmeval(ref, batch, endpoint, p.settings.vllm, p.settings.data,
+                               self.ws / "work" / v.name / f"batch-{k + 1}", task_sink,
+                               self.logs / f"lmeval-{v.name}-batch-{k + 1}.log",
+                               samples={t.name: samples[t.name] for t in batch})
+            for t in [t for t in going if k < len(cuts[t.name])]:
+                last = k == len(cuts[t.name]) - 1
+                if last or monitor.look(keys[t.key]):
+                    self.sink.mark_complete(vkey, t.key, len(used[t.name]))
+                    monitor.finished(keys[t.key])
+                    going.remove(t)
 
     # -- latency ----------------------------------------------------------------------------
     def probe(self, endpoint, vkey: str) -> None:
@@ -325,10 +382,11 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
 
 
 def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
-                guard: Guard = unguarded) -> VariantOutcome:
+                guard: Guard = unguarded, reference: Reference | None = None) -> VariantOutcome:
     """Make, serve and evaluate one variant; its faults are its outcome (status "error"), never raised.
-    An interrupt (KeyboardInterrupt) stops its engines and goes on up: the driver records what finished."""
-    r = _Run(plan, workspace, sink, reporter, guard)
+    An interrupt (KeyboardInterrupt) stops its engines and goes on up: the driver records what finished.
+    `reference`: the baseline's records, which sequential gates and stop_variant_on_fail look at."""
+    r = _Run(plan, workspace, sink, reporter, guard, reference)
     v = plan.variant
     try:
         ckpt = r.checkpoint()
@@ -351,7 +409,7 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
         probe = plan.probe_path(vkey) if plan.probe is not None else None
         grid = r.grid(ckpt, rows)
         return VariantOutcome(name=v.name, status="ok", evaluated=evaluated, grid=grid, reused=r.reused,
-                              probe_path=str(probe) if probe and (workspace / probe).exists() else None, **r.facts)
+                              not_run=dict(r.monitor.not_run) if r.monitor else {}, probe_path=str(probe) if probe and (workspace / probe).exists() else None, **r.facts)
     except (EngineError, QuantizeError, MissingEnvError) as e:
         reporter.log(f"[{v.name}] NOT EVALUATED: {e}")
         return VariantOutcome(name=v.name, status="error", error=str(e), **r.facts)

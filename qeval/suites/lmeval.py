@@ -7,6 +7,7 @@ SQLite, so a task killed half-way resumes where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -69,6 +70,13 @@ class LmEvalTask:
     settings: dict
     output_type: str | None = None  # from the task YAML; None for a task lm-eval knows by name
     metrics: dict[str, MetricSpec] = field(default_factory=dict)  # what each metric is (task_metrics)
+    # sequential gates: the item counts after which its gates look. The task then runs in batches (lm-eval's
+    # --samples), and its few-shot prompts depend on them (lm-eval draws examples from one seeded stream in
+    # doc order), so they are part of its key
+    batches: tuple[int, ...] = ()
+
+    def in_batches(self, pauses: tuple[int, ...]) -> "LmEvalTask":
+        return dataclasses.replace(self, batches=pauses, key=f"{self.key}:b{stable_hash(list(pauses), 8)}")
 
     @property
     def needs_prompt_logprobs(self) -> bool:
@@ -142,7 +150,7 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
 
 
 def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: list[str], include: Path | None,
-                out: Path, cache: Path) -> list[str]:
+                out: Path, cache: Path, samples: dict[str, list[int]] | None = None) -> list[str]:
     if endpoint.tokenizer is None:
         raise ConfigError(f"lm-eval needs a local tokenizer for variant {endpoint.model!r}")
     model_args = ",".join([
@@ -156,7 +164,9 @@ def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: li
             "--batch_size", str(ref.batch_size), "--seed", f"0,1234,1234,{ref.fewshot_seed}"]
     if include is not None:
         argv += ["--include_path", str(include)]
-    if ref.limit:
+    if samples is not None:  # lm-eval maps its k-th selected doc to samples[k] only if they are sorted
+        argv += ["--samples", json.dumps({t: sorted(ix) for t, ix in samples.items()})]
+    elif ref.limit:
         argv += ["--limit", str(ref.limit)]
     if ref.num_fewshot is not None:
         argv += ["--num_fewshot", str(ref.num_fewshot)]
@@ -195,13 +205,16 @@ def parse_samples(path: Path) -> list[Record]:
 
 
 def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, runtime: Runtime, data_dir: Path,
-               work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path) -> None:
-    """Run the given tasks in one lm-eval process, then hand each task's records to `sink`."""
+               work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path,
+               samples: dict[str, list[int]] | None = None) -> None:
+    """Run the given tasks in one lm-eval process, then hand each task's records to `sink`. `samples`:
+    per task, the doc indices to evaluate (instead of the suite's limit)."""
     if not runtime.exists():
         raise MissingEnvError("the lm-eval environment", runtime.location)
     include = materialize_tasks(ref, data_dir, work)
     out = work / "lmeval-out"
-    argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache")
+    argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache",
+                       samples)
     env = runtime.env(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                       OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
     env.pop("OPENAI_API_KEY", None)

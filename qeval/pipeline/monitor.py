@@ -1,0 +1,146 @@
+"""What a variant's run watches while it runs: its suites in the seeded order, paused at the looks of their
+sequential gates and stopped once every gate of the suite is decided; and, with `stop_variant_on_fail`,
+the rest of its suites skipped once a gate has failed the variant.
+
+Every decision is the one the driver reaches afterwards from the store (pipeline/judge.py: the same
+functions on the same records), so stopping early never changes a verdict, only the items it costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from ..store import Record
+
+if TYPE_CHECKING:
+    from ..looks import SuiteLook
+    from .plan import SuiteKey, VariantPlan
+    from .sink import RecordSink
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The baseline's records of every suite, which a variant's looks pair with: read by the executor once
+    the baseline is done, and shipped with each variant's unit of work."""
+
+    key: str
+    records: Mapping[str, tuple[Record, ...]]  # per suite key
+
+    @classmethod
+    def read(cls, sink: "RecordSink", key: str, plan: "VariantPlan") -> "Reference":
+        return cls(key, {sk.key: tuple(sink.records(key, sk.key)) for sk in plan.suites.suite_keys()})
+
+
+def batches(order: Sequence[str], pauses: Sequence[int]) -> list[list[str]]:
+    """The order cut at each pause: what is evaluated before each look."""
+    edges = [0, *pauses]
+    return [list(order[a:b]) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def lmeval_cuts(seed: int, sk: "SuiteKey", pauses: Sequence[int], n: int) -> list[list[int]]:
+    """An lm-eval task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call.
+    Fixed at plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
+    from ..looks import suite_order
+
+    order, _ = suite_order([str(i) for i in range(n)], [None] * n, seed, sk.key)
+    return [[int(i) for i in b] for b in batches(order, pauses)]
+
+
+class Monitor:
+    """One variant's looks. Off (every method a no-op) for the baseline, without a reference, or for a
+    policy that neither looks while running nor stops on a failure."""
+
+    def __init__(self, plan: "VariantPlan", reference: Reference | None, sink: "RecordSink", vkey: str,
+                 log: Callable[[str], None]):
+        self.plan, self.reference, self.sink, self.vkey, self.log = plan, reference, sink, vkey, log
+        self.policy = plan.gates
+        self.on = plan.role == "variant" and self.policy is not None and reference is not None
+        self.failed: str | None = None  # "suite/metric" of the first fail-action gate that FAILed
+        self.not_run: dict[str, str] = {}  # per suite skipped after that, why
+
+    # -- which suites run, and in which batches ------------------------------------------------
+    def skip(self, sk: "SuiteKey") -> bool:
+        """Whether this suite is skipped: a gate has already failed the variant (stop_variant_on_fail)."""
+        if not (self.on and self.policy.stop_variant_on_fail and self.failed):
+            return False
+        self.not_run[sk.suite] = f"not run: gate {self.failed} had already failed the variant (stop_variant_on_fail)"
+        self.log(f"[{self.plan.name}] {sk.suite}: {self.not_run[sk.suite]}")
+        return True
+
+    def batches(self, sk: "SuiteKey", ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
+        """The suite's items cut at the looks of its sequential gates; None: no sequential gate reads it."""
+        from ..looks import gated_metrics, pauses, suite_order
+
+        if not self.on or not self.policy.sequential_in_use:
+            return None
+        metrics = self._metrics(sk)
+        rules = [r for _, r in gated_metrics(self.policy, sk.suite, metrics, self._primary(sk))] if metrics else []
+        order, order_groups = suite_order(ids, groups, self.plan.seed, sk.key)
+        cut = pauses(self.policy, rules, order_groups, len(order))
+        return batches(order, cut) if cut else None
+
+    def _metrics(self, sk: "SuiteKey") -> list[str]:
+        if sk.suite.startswith("logprobs/"):
+            return ["kl", "top1"]
+        base = self.reference.records.get(sk.key, ()) if self.reference else ()
+        return sorted(base[0].scores) if base else []
+
+    @staticmethod
+    def _primary(sk: "SuiteKey") -> str | None:
+        return "kl" if sk.suite.startswith("logprobs/") else sk.primary
+
+    # -- looking ---------------------------------------------------------------------------------
+    def _compare(self, sk: "SuiteKey") -> tuple[list, dict, "SuiteLook | None"]:
+        from .judge import chunk_comparisons, itemwise_comparisons
+
+        base = list(self.reference.records.get(sk.key, ()))
+        cand = self.sink.records(self.vkey, sk.key)
+        if not base or not cand:
+            return [], {}, None
+        if sk.suite.startswith("logprobs/"):
+            lp = next(s for s in self.plan.suites.logprobs if s.key == sk.key)
+            return chunk_comparisons(self.policy, self.plan.seed, self.plan.name, lp, base, cand)
+        return itemwise_comparisons(self.policy, self.plan.seed, self.plan.name, sk, base, cand)
+
+    def look(self, sk: "SuiteKey") -> bool:
+        """At a pause: True when the suite may stop (every gate of it decided, or one failed the variant
+        under stop_variant_on_fail)."""
+        if not self.on:
+            return False
+        _, _, look = self._compare(sk)
+        if look is None:
+            return False
+        for m in look.failed:
+            self.failed = self.failed or f"{sk.suite}/{m}"
+        done = [f"{m} {r.verdict} at {r.items_used} of {r.n_planned}" for m, r in look.results.items()
+                if r is not None and r.verdict != "UNDECIDED"]
+        if look.settled:
+            self.log(f"[{self.plan.name}] {sk.suite}: settled ({'; '.join(done)}): the rest is not evaluated")
+            return True
+        if look.failed and self.policy.stop_variant_on_fail:
+            self.log(f"[{self.plan.name}] {sk.suite}: {', '.join(look.failed)} FAILed: stopping the variant")
+            return True
+        return False
+
+    def finished(self, sk: "SuiteKey") -> None:
+        """A suite ran to its end: with stop_variant_on_fail, its gates (fixed n now final) may fail the variant."""
+        from ..gates import evaluate
+
+        if not (self.on and self.policy.stop_variant_on_fail) or self.failed:
+            return
+        comps, seq, _ = self._compare(sk)
+        gates = [g for g in evaluate(self.policy, comps, [self.plan.name], seq) if g.suite == sk.suite]
+        failed = [g.metric for g in gates if g.verdict == "FAIL" and g.action == "fail"]
+        if failed:
+            self.failed = f"{sk.suite}/{failed[0]}"
+            self.log(f"[{self.plan.name}] {self.failed} FAILed: the variant's remaining suites are skipped")
+
+    def failed_already(self) -> bool:
+        """Whether the suites already stored have failed the variant (a rerun then serves nothing more)."""
+        if not (self.on and self.policy.stop_variant_on_fail):
+            return False
+        for sk in self.plan.suites.suite_keys():
+            if self.sink.is_complete(self.vkey, sk.key):
+                self.finished(sk)
+        return self.failed is not None

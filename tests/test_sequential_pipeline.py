@@ -1,0 +1,159 @@
+"""Sequential gates in the pipeline, on the fake engine: every variant evaluates a suite in one seeded
+order, a batch per look, and stops once its gates are decided; the driver reaches the same verdicts from
+the store; stop_variant_on_fail skips what is left of a failed variant (NOT_RUN, never PASS)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qeval.config import load_config
+from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+from qeval.looks import evaluation_order, prefix_length, suite_order
+from qeval.pipeline import campaign
+from qeval.progress import PlainReporter
+from qeval.settings import Settings
+from qeval.stats.sequential import gsd_gate
+
+N = 400  # items per suite: a decided FAIL at the first look (100) saves three quarters of them
+
+
+def _suites(root: Path) -> list[Path]:
+    for name, scorer, make in (("facts", "contains", lambda i: (f"Name fact {i}.", f"fact-{i}")),
+                               ("sums", "numeric", lambda i: (f"What is {i} + {i}?", str(2 * i)))):
+        items = [{"id": f"{name}{i:03d}", "prompt": p, "reference": r} for i, (p, r) in enumerate(map(make, range(N)))]
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
+        (root / f"{name}.yaml").write_text(f"name: {name}\nitems: {name}.jsonl\nscorers: [{{kind: {scorer}}}]\n")
+    return [Path("../../facts.jsonl"), Path("../../sums.jsonl")]
+
+
+def _campaign(root: Path, gates: str, name: str = "s") -> Path:
+    answers = _suites(root)
+    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers))
+    write_checkpoint(root / "ck" / "bad", FakeEngineSpec(model="bad", answers=answers, wrong_fraction=0.4))
+    write_checkpoint(root / "ck" / "same", FakeEngineSpec(model="same", answers=answers))
+    path = root / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+model: {{path: ck/base}}
+output_dir: runs
+baseline: {{name: base, method: bf16}}
+variants:
+  - {{name: bad, method: checkpoint, checkpoint: ck/bad}}
+  - {{name: same, method: checkpoint, checkpoint: ck/same}}
+engine: {{kind: fake, startup_timeout_s: 30}}
+suites:
+  - {{kind: custom, path: facts.yaml}}
+  - {{kind: custom, path: sums.yaml}}
+probe: {{enabled: false}}
+gates: {gates}
+mlflow: {{enabled: false}}
+""")
+    return path
+
+
+SEQ = "{rules: [{match: '*', margin: 0.05}], sequential: {method: gsd, look_every: 100, min_items: 100}}"
+
+
+def _run(root: Path, gates: str, name: str = "s"):
+    config = _campaign(root, gates, name)
+    return campaign.run(load_config(config), Settings(cache=root / "cache", share_records=False),
+                        reporter=PlainReporter(lambda s: None), config_file=str(config))
+
+
+def _stored(run_dir: Path, variant: str, suite: str) -> list[str]:
+    db = sqlite3.connect(run_dir / "results.sqlite")
+    return [r[0] for r in db.execute("SELECT item_id FROM records WHERE variant=? AND suite=?", (variant, suite))]
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seq")
+    return root, _run(root, SEQ)
+
+
+def test_a_clear_failure_stops_at_the_first_look_in_the_shared_order(sequential):
+    root, res = sequential
+    rec = res.record
+    assert rec.verdicts == {"bad": "FAIL", "same": "PASS"}
+    bad = {g.suite: g for g in rec.gates if g.variant == "bad"}
+    for suite in ("custom/facts", "custom/sums"):
+        g = bad[suite]
+        assert (g.verdict, g.items_used, g.items_planned) == ("FAIL", 100, N), g
+        assert g.sequential.startswith("gsd")
+        ids = _stored(res.run_dir, "bad", suite)
+        assert len(ids) == 100  # evaluated no further than its deciding look
+        # exactly the first 100 of the seeded order the baseline's items define
+        base_ids = _stored(res.run_dir, "base", suite)
+        assert len(base_ids) == N
+        order = evaluation_order(sorted(base_ids), [None] * N, 0, next(s.key for s in rec.variants[1].suites
+                                                                         if s.suite == suite))
+        assert set(ids) == set(order[:100])
+    summary = {s.suite: s for s in rec.variants[1].suites}
+    assert summary["custom/facts"].n == 100 and summary["custom/facts"].planned == N
+
+
+def test_the_driver_reads_the_same_decision_the_run_stopped_on(sequential):
+    """The gate's result is gsd_gate on the stored differences in the shared order (an independent call)."""
+    root, res = sequential
+    db = sqlite3.connect(res.run_dir / "results.sqlite")
+    key = next(s.key for s in res.record.variants[0].suites if s.suite == "custom/facts")
+    score = {(v, i): json.loads(s)["contains"] for v, i, s in
+             db.execute("SELECT variant, item_id, scores FROM records WHERE suite_key=?", (key,))}
+    base = sorted(i for v, i in score if v == "base")
+    order, _ = suite_order(base, [None] * N, 0, key)
+    have = {i for v, i in score if v == "same"}
+    t = prefix_length(order, have)
+    d = np.array([score[("same", i)] - score[("base", i)] for i in order[:t]])
+    expect = gsd_gate(d, N, 0.05, 0.05, look_every=100, min_items=100, binary=True, planning_sd=0.1 ** 0.5,
+                      futility=0.05, mde=None)
+    g = next(g for g in res.record.gates if g.variant == "same" and g.suite == "custom/facts")
+    assert g.verdict == expect.verdict == "PASS"
+    assert g.items_used == expect.items_used < N  # identical answers: decided before the last look
+
+
+def test_fixed_n_gates_evaluate_every_item(tmp_path):
+    res = _run(tmp_path, "{rules: [{match: '*', margin: 0.05}]}")
+    assert res.record.verdicts == {"bad": "FAIL", "same": "PASS"}
+    assert len(_stored(res.run_dir, "bad", "custom/facts")) == N
+    assert all(g.sequential is None and g.items_used is None for g in res.record.gates)
+
+
+def test_stop_variant_on_fail_skips_the_rest_as_not_run(tmp_path):
+    gates = ("{rules: [{match: '*', margin: 0.05}], stop_variant_on_fail: true, "
+             "sequential: {method: gsd, look_every: 100, min_items: 100}}")
+    res = _run(tmp_path, gates)
+    rec = res.record
+    assert rec.verdicts == {"bad": "FAIL", "same": "PASS"}
+    bad = {g.suite: g for g in rec.gates if g.variant == "bad"}
+    assert bad["custom/facts"].verdict == "FAIL"
+    assert bad["custom/sums"].verdict == "NOT_RUN" and "custom/facts" in bad["custom/sums"].reason
+    assert _stored(res.run_dir, "bad", "custom/sums") == []
+    assert rec.variants[1].not_run.keys() == {"custom/sums"}
+    # the variant that passes runs everything
+    assert {g.verdict for g in rec.gates if g.variant == "same"} == {"PASS"}
+
+
+def test_a_rerun_of_a_stopped_campaign_serves_nothing(tmp_path):
+    gates = ("{rules: [{match: '*', margin: 0.05}], stop_variant_on_fail: true, "
+             "sequential: {method: gsd, look_every: 100, min_items: 100}}")
+    first = _run(tmp_path, gates)
+    again = _run(tmp_path, gates)
+    assert [g.model_dump() for g in again.record.gates] == [g.model_dump() for g in first.record.gates]
+    assert [v.startup_seconds for v in again.record.variants] == [v.startup_seconds for v in first.record.variants]
+
+
+def test_evaluation_order_is_seeded_and_keeps_groups_together():
+    ids = [f"i{k}" for k in range(12)]
+    groups = [f"g{k // 3}" for k in range(12)]
+    a = evaluation_order(ids, groups, 0, "suite")
+    assert a == evaluation_order(list(reversed(ids)), list(reversed(groups)), 0, "suite")  # input order is irrelevant
+    assert a != evaluation_order(ids, groups, 1, "suite") or a != evaluation_order(ids, groups, 0, "other")
+    seen = [groups[ids.index(i)] for i in a]
+    assert all(seen[k] == seen[k + 1] for k in range(len(seen) - 1) if k % 3 != 2)  # whole groups in a row
+    assert sorted(a) == sorted(ids)
+    assert prefix_length(a, set(a[:5]) | {a[7]}) == 5
