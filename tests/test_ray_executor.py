@@ -190,3 +190,24 @@ def test_the_driver_killed_mid_run_then_run_again_resumes(cluster, local_run, sp
     assert again.returncode == 1, again.stdout[-3000:]
     assert sorted(r[1:] for r in _records(run_dir)) == sorted(r[1:] for r in _records(local_run))
     assert _verdicts(run_dir) == _verdicts(local_run)
+
+
+def test_sequential_gates_on_ray_stop_where_the_local_run_stops(cluster, spawn, tmp_path):
+    """The baseline's task goes first; each variant's task gets its records and stops at the local run's look."""
+    from tests.test_sequential_pipeline import SEQ, _campaign as seq_campaign, _run as seq_run
+
+    local = seq_run(tmp_path / "local", SEQ)
+    root = tmp_path / "ray"
+    root.mkdir()
+    config = _on_ray(seq_campaign(root, SEQ), f'{{kind: ray, address: "{cluster.address}"}}')
+    out = root / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(root),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]  # bad fails
+    run_dir = root / "runs" / "s"
+    assert _records(run_dir) == _records(local.run_dir)
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["verdicts"] == local.record.verdicts == {"bad": "FAIL", "same": "PASS"}
+    used = lambda gates: sorted((g["variant"], g["suite"], g["verdict"], g["items_used"]) for g in gates)  # noqa: E731
+    assert used(rec["gates"]) == used([g.model_dump() for g in local.record.gates])
+    assert any(g["items_used"] == 100 for g in rec["gates"] if g["variant"] == "bad")

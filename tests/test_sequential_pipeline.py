@@ -157,3 +157,15 @@ def test_evaluation_order_is_seeded_and_keeps_groups_together():
     assert all(seen[k] == seen[k + 1] for k in range(len(seen) - 1) if k % 3 != 2)  # whole groups in a row
     assert sorted(a) == sorted(ids)
     assert prefix_length(a, set(a[:5]) | {a[7]}) == 5
+
+
+def test_betting_on_a_continuous_metric_is_refused_before_anything_starts(tmp_path):
+    from qeval.errors import ConfigError
+    from qeval.pipeline.plan import plan
+
+    config = _campaign(tmp_path, "{rules: [{match: '*', margin: 0.05}, {match: 'logprobs/*/kl', margin: 0.1, "
+                                 "sequential: {method: betting}}]}")
+    text = config.read_text().replace("suites:\n", "suites:\n  - {kind: logprobs, name: p, corpus: pydoc, chunks: 4}\n")
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=r"logprobs/p/kl: the betting sequence cannot gate it \(its scores are not 0/1\)"):
+        plan(load_config(config), Settings(cache=tmp_path / "cache", share_records=False), str(config))

@@ -228,6 +228,30 @@ def _batched(cfg: CampaignConfig, ref, tasks: list[LmEvalTask], config_file: str
     return out
 
 
+def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
+    """A betting sequence needs 0/1 scores (its bound is 1) and independent items: anything else it would
+    read wrong, found before anything starts."""
+    from ..looks import gated_metrics
+
+    policy = cfg.gates
+    grouped = {f"custom/{s.name}" for s in p.custom if any(it.group is not None for it in s.items)}
+    for sk in p.suite_keys():
+        if sk.suite.startswith("lm_eval/"):  # its primary metric is known from its records; the named ones now
+            names = [m for m, spec in sk.metrics.items() if spec.source.startswith("task ")]
+        else:
+            names = ["kl", "top1"] if sk.suite.startswith("logprobs/") else list(sk.metrics)
+        primary = "kl" if sk.suite.startswith("logprobs/") else sk.primary
+        for m, rule in gated_metrics(policy, sk.suite, names, primary) if names else []:
+            seq = policy.sequential_of(rule)
+            if seq is None or seq.method != "betting":
+                continue
+            why = ("its items carry groups" if sk.suite in grouped else
+                   None if sk.metrics.get(m) is not None and sk.metrics[m].binary else "its scores are not 0/1")
+            if why:
+                raise ConfigError(f"{sk.suite}/{m}: the betting sequence cannot gate it ({why}); use method gsd",
+                                  file=config_file, where=f"gates: rule {rule.match!r}: sequential.method")
+
+
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
     """Resolve and validate every suite and variant before anything starts: what the files say first (exit 2),
     then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
@@ -241,6 +265,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
     _check_engines(cfg, p, config_file)
+    _check_sequential(cfg, p, config_file)
     return p
 
 
