@@ -14,6 +14,7 @@ from rich.table import Table
 
 from .progress import PlainReporter, RichReporter
 from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
+from .savings import stopped_at
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
 err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
@@ -80,10 +81,28 @@ def verdict_table(record) -> Table:
             continue
         t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".3f"), _num(g.variant_mean, ".3f"),
                   _num(g.delta, "+.3f"), _num(g.lower_bound, "+.3f"), f"-{g.margin:.3f}", _num(g.mde, ".3f"),
-                  g.verdict)
+                  stopped_at(g))  # a sequential gate: "FAIL at 100 of 400 items (gsd)"
     for name, v in record.verdicts.items():
         t.add_row(name, "(variant verdict)", "", "", "", "", "", "", f"[bold]{v}[/]")
     return t
+
+
+def savings_lines(record) -> list[str]:
+    """Under the verdict table: the items each variant's sequential gates (and skipped suites) saved."""
+    from .report.markdown import duration
+    from .savings import savings
+
+    s = savings(record)
+    if not s:
+        return []
+
+    def time(x: float | None) -> str:
+        return "" if x is None else f", about {duration(x)} of engine time (an estimate)"
+
+    lines = [f"sequential: {v.variant}: {v.evaluated:,} of {v.planned:,} items evaluated, {v.saved:,} saved"
+             f"{time(v.seconds_saved)}" + "".join(f"; {x.suite} not run" for x in v.suites if x.not_run)
+             for v in s.variants]
+    return lines + [f"sequential: {s.saved:,} of {s.planned:,} items saved in all{time(s.seconds_saved)}"]
 
 
 @app.command()
@@ -137,6 +156,8 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
         raise typer.Exit(128 + signum) from None
     rec = result.record
     out.print(verdict_table(rec))
+    for line in savings_lines(rec):
+        out.print(line, highlight=False, markup=False)
     out.print(f"report:  {result.report_path}")
     out.print(f"JUnit:   {result.extras.get('junit')}")
     out.print(f"record:  {result.record_path}")

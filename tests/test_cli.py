@@ -96,3 +96,23 @@ def test_plan_counts_groups_when_the_policy_assumes_their_correlation(tmp_path):
     assert plain["n"] == grouped["n"] == 60
     assert grouped["mde_assumed"] > plain["mde_assumed"] * 3 ** 0.5  # sqrt(design effect), and t at 11 df
     assert grouped["n_needed"] > plain["n_needed"] * 2 and grouped["n_needed"] % 5 == 0
+
+
+def test_run_prints_where_each_sequential_gate_stopped_and_the_items_saved(stopped_campaign, tmp_path):
+    """The verdict lines a CI log shows: run again over a copy of a finished sequential campaign (it serves
+    nothing: every suite is stored, or was skipped after a failed gate)."""
+    import shutil
+
+    root = tmp_path / "campaign"
+    shutil.copytree(stopped_campaign.run_dir.parents[1], root)
+    r = qeval("run", "--no-mlflow", str(root / "s.yaml"))
+    assert r.returncode == 1, r.stderr  # bad FAILs
+    rows = {tuple(c.strip() for c in line.strip("│┃").split("│")[:2]): line for line in r.stdout.splitlines()
+            if line.startswith("│")}
+    assert "FAIL at 100 of 400 items (gsd)" in rows[("bad", "custom/facts/contains")]
+    assert "PASS at 200 of 400 items (gsd)" in rows[("same", "custom/sums/numeric")]
+    assert rows[("bad", "custom/sums/numeric")].rstrip(" │").endswith("NOT_RUN")
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("sequential: bad: 100 of 800 items evaluated, 700 saved, about ")
+               and line.endswith("of engine time (an estimate); custom/sums not run") for line in lines), r.stdout
+    assert any(line.startswith("sequential: 1,100 of 1,600 items saved in all, about ") for line in lines)

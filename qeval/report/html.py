@@ -25,6 +25,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .badge { padding: 0 0.4em; border: 1px solid #111; border-radius: 3px; white-space: nowrap; }
 .v-PASS { background: #c8f0c8; } .v-FAIL { background: #f7c4c4; } .v-INCONCLUSIVE, .v-WARN { background: #fbe7a6; }
 .v-NOT_EVALUATED { background: #ddd; } .v-baseline { background: #fff; }
+.v-NOT_RUN { background: #f2f2f2; border-style: dashed; }  /* skipped, neither passed nor failed */
 @media print { body { margin: 0; } figure, tr { break-inside: avoid; }
   .badge, .verdict { -webkit-print-color-adjust: exact; print-color-adjust: exact; } }  /* `qeval report --pdf` */
 </style></head><body>
@@ -47,8 +48,10 @@ class HtmlLook:
         return (f'<p class="verdict v-{verdict}" id="verdict">{report_md.SHAPES.get(verdict, "")} '
                 f'Overall verdict: <strong>{verdict}</strong></p>')
 
-    def badge(self, verdict: str) -> str:
-        return f'<span class="badge v-{verdict}">{report_md.MarkdownLook().badge(verdict)}</span>'
+    def badge(self, verdict: str, strong: bool = False) -> str:
+        word = f"<strong>{verdict}</strong>" if strong else verdict
+        shape = report_md.SHAPES.get(verdict)
+        return f'<span class="badge v-{verdict}">{f"{shape} " if shape else ""}{word}</span>'
 
     def figure(self, name: str, variant=None) -> str:
         if name == "grid":

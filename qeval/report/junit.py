@@ -1,4 +1,6 @@
-"""JUnit XML for CI: one test case per gate, so a CI page lists each gate's result and reason."""
+"""JUnit XML for CI: one test case per gate, so a CI page lists each gate's result and reason. A gate whose
+suite was not run (NOT_RUN) is a skipped case, never a pass; a sequential gate carries where it stopped
+(items used, of planned) and its method, as properties and in its output."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..record import RunRecord
+from ..savings import savings, stopped_at
 
 
 def render(r: RunRecord) -> str:
@@ -13,13 +16,21 @@ def render(r: RunRecord) -> str:
     by_variant: dict[str, list] = {}
     for g in r.gates:
         by_variant.setdefault(g.variant, []).append(g)
+    saved = {s.variant: s for s in savings(r).variants}
     for v in r.variants:
         if v.role == "baseline":
             continue
         gates = by_variant.get(v.name, [])
         failing = [g for g in gates if g.verdict == "FAIL" or (g.verdict == "INCONCLUSIVE" and r.inconclusive == "fail")]
+        skipped = [g for g in gates if g.verdict == "NOT_RUN"]
         ts = ET.SubElement(suites, "testsuite", name=f"{r.campaign}/{v.name}", tests=str(max(len(gates), 1)),
-                           failures=str(len(failing)), errors="1" if v.status != "ok" else "0")
+                           failures=str(len(failing)), errors="1" if v.status != "ok" else "0",
+                           skipped=str(len(skipped)))
+        if v.name in saved:  # the variant's items over its sequential and skipped suites
+            props = ET.SubElement(ts, "properties")
+            for name, value in (("items_evaluated", saved[v.name].evaluated), ("items_planned", saved[v.name].planned),
+                                ("items_saved", saved[v.name].saved)):
+                ET.SubElement(props, "property", name=name, value=str(value))
         if v.status != "ok":
             case = ET.SubElement(ts, "testcase", classname=f"qeval.{v.name}", name="evaluate")
             ET.SubElement(case, "error", message="variant not evaluated").text = v.error or ""
@@ -28,10 +39,23 @@ def render(r: RunRecord) -> str:
             detail = (f"{g.mode}: baseline {g.base_mean}, variant {g.variant_mean}, delta {g.delta}, "
                       f"bounds [{g.lower_bound}, {g.upper_bound}], margin {g.margin} ({g.margin_spec}), "
                       f"alpha {g.alpha}, mde {g.mde}, p {g.p_value} ({r.multiplicity}: {g.p_adjusted}); {g.reason}")
+            if g.sequential is not None:  # properties come first in a test case
+                props = ET.SubElement(case, "properties")
+                for name, value in (("sequential", g.sequential), ("items_used", g.items_used),
+                                    ("items_planned", g.items_planned)):
+                    if value is not None:
+                        ET.SubElement(props, "property", name=name, value=str(value))
+            out = []
             if g in failing:
                 ET.SubElement(case, "failure", message=f"{g.verdict}: {g.reason}").text = detail
+            elif g in skipped:
+                ET.SubElement(case, "skipped", message=g.reason or "NOT_RUN")
             elif g.verdict in ("WARN", "INCONCLUSIVE"):
-                ET.SubElement(case, "system-out").text = f"{g.verdict}: {detail}"
+                out.append(f"{g.verdict}: {detail}")
+            if g.sequential is not None:
+                out.append(f"sequential: {stopped_at(g)}; method {g.sequential}")
+            if out:
+                ET.SubElement(case, "system-out").text = "\n".join(out)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 

@@ -8,8 +8,9 @@ from typing import Protocol
 
 import jinja2
 
-from ..record import RunRecord
+from ..record import GateResult, RunRecord
 from ..record_models import Grid, GridCell, ProbeStep
+from ..savings import savings, short_method, stopped_at
 
 TEMPLATE = """\
 # qeval report: {{ r.campaign }}
@@ -46,12 +47,24 @@ INCONCLUSIVE counts as {{ "a failure" if r.inconclusive == "fail" else "a pass" 
 A variant passes only if all its gates pass (an intersection-union test: no correction is needed
 for that verdict).
 
-| variant | suite / metric | mode | baseline | variant | delta | bounds | margin | MDE | result | why |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| variant | suite / metric | mode | baseline | variant | delta | bounds | margin | MDE |{% if saved %} items used / planned |{% endif %} result | why |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |{% if saved %} --- |{% endif %} --- | --- |
 {% for g in r.gates -%}
-| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} | **{{ g.verdict }}** | {{ g.reason }} |
+| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} |{% if saved %} {{ used(g) }} |{% endif %} {{ look.badge(g.verdict, strong=True) }} | {{ g.reason }} |
 {% endfor %}
 {{ look.figure("forest") }}
+{% if saved %}
+**Sequential gates**{% if saved.methods %}, method: {{ saved.methods | join("; ") }}{% endif %}. A variant evaluated
+each suite's items in one seeded order, the same for every variant (so the pairs hold at every look), and
+stopped once the suite's gates were decided; a gate's bounds are its design's at the look that decided it,
+which keeps the false-pass rate at alpha however early it stopped. Items used / planned: the items the
+gate's decision read, of the suite's; "-": a fixed-n gate, which read them all. NOT_RUN: a suite skipped
+because a gate had already failed the variant (stop_variant_on_fail): not evaluated, never a pass.
+
+{% for v in saved.variants -%}
+- {{ v.variant }}: {{ num(v.evaluated) }} of {{ num(v.planned) }} items evaluated, {{ num(v.saved) }} saved{% if v.seconds_saved is not none %} (about {{ dur(v.seconds_saved) }} of engine time, an estimate){% endif %}{% for s in v.suites if s.not_run %}{{ "; not run: " if loop.first else ", " }}{{ s.suite }}{% endfor %}
+{% endfor %}
+{% endif %}
 {% if r.comparisons %}## Every comparison
 
 p: McNemar exact for 0/1 scores, Wilcoxon signed-rank otherwise (a paired sign-flip permutation
@@ -193,16 +206,21 @@ SUMMARY = """\
 | --- | --- | --- | --- |
 {% for name, v in r.verdicts.items() -%}
 {% set gs = r.gates | selectattr("variant", "equalto", name) | list -%}
-| {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ g.verdict }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
+{% set skipped = gs | selectattr("verdict", "equalto", "NOT_RUN") | list | length -%}
+| {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }}{% if skipped %} ({{ skipped }} not run){% endif %} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ stopped(g) }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
 {% endfor %}
 
+{% if saved -%}
+Items saved by stopping early: {{ num(saved.saved) }} of {{ num(saved.planned) }} planned ({{ num(saved.evaluated) }} evaluated){% if saved.seconds_saved is not none %}; engine time saved: about {{ dur(saved.seconds_saved) }} (an estimate: each variant's evaluation seconds per item it served, times its items saved){% endif %}.
+
+{% endif -%}
 {{ rec.text() }}
 """
 
 
 # a shape beside the word, so that a verdict reads the same printed in black and white
 SHAPES = {"PASS": "\u2714", "FAIL": "\u2718", "INCONCLUSIVE": "?", "WARN": "!", "NOT_EVALUATED": "\u25cb",
-          "baseline": "\u25cf"}
+          "NOT_RUN": "\u2013", "baseline": "\u25cf"}
 
 
 class Look(Protocol):
@@ -210,7 +228,7 @@ class Look(Protocol):
 
     def overall(self, verdict: str) -> str: ...
 
-    def badge(self, verdict: str) -> str: ...
+    def badge(self, verdict: str, strong: bool = False) -> str: ...
 
     def figure(self, name: str, variant=None) -> str: ...
 
@@ -219,8 +237,9 @@ class MarkdownLook:
     def overall(self, verdict: str) -> str:
         return f"**Overall verdict: {verdict}**"
 
-    def badge(self, verdict: str) -> str:
-        return f"{SHAPES[verdict]} {verdict}" if verdict in SHAPES else verdict
+    def badge(self, verdict: str, strong: bool = False) -> str:
+        word = f"**{verdict}**" if strong else verdict
+        return f"{SHAPES[verdict]} {word}" if verdict in SHAPES else word
 
     def figure(self, name: str, variant=None) -> str:
         return ""  # the figures are in report.html (and MLflow's plots/); grid-<variant>.png lies beside the report
@@ -247,6 +266,22 @@ def perf_value(metric: str, x: float | None) -> str:
     if metric.endswith("_bytes"):
         return f"{x / 2**30:,.2f} GiB" if x >= 2**30 else f"{x / 2**20:,.0f} MiB"
     return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: "42.0 s", "3.5 min", "2.1 h"."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:,.1f} h"
+
+
+def items_cell(g: GateResult) -> str:
+    """The gates table's "items used / planned" cell: "100 / 400 (gsd)"; "-" for a fixed-n gate."""
+    if g.verdict == "NOT_RUN":
+        return "none (not run)"
+    if g.sequential is None or g.items_used is None or g.items_planned is None:
+        return "-"
+    return f"{g.items_used:,} / {g.items_planned:,} ({short_method(g)})"
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -294,7 +329,10 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
 
     def score(v, suite: str) -> str:
         s = next((x for x in v.suites if x.suite == suite), None)
-        return "-" if s is None else f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n})"
+        if s is None:
+            return "not run" if suite in v.not_run else "-"
+        of = f" of {s.planned}" if s.planned is not None else ""  # sequential gates stopped it early
+        return f"{s.means[s.primary]:.3f} ({s.primary}, n={s.n}{of})"
 
     def served(v) -> bool:  # the engine's /metrics gave figures for at least one probe step
         return any(st.server for st in (v.probe.steps if v.probe else []))
@@ -308,6 +346,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
 
     return _compiled(template).render(
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
+        saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash

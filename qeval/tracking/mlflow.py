@@ -19,6 +19,7 @@ from ..record import RunRecord
 from ..record_models import Grid
 from ..quantize.base import scheme_params
 from ..recommend import for_record
+from ..savings import savings
 from ..store import ResultsStore
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
@@ -45,6 +46,16 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
                 m[metric_name(label, c.suite, c.metric)] = value
     for g in (g for g in record.gates if g.variant == name):
         m[metric_name("gate", g.suite, g.metric)] = 1.0 if g.verdict == "PASS" else 0.0
+        if g.sequential is not None:  # where the gate stopped, e.g. items_used/custom/caps/contains
+            for label, value in (("items_used", g.items_used), ("items_planned", g.items_planned)):
+                if value is not None:
+                    m[metric_name(label, g.suite, g.metric)] = float(value)
+    saved = next((s for s in savings(record).variants if s.variant == name), None)
+    if saved is not None:  # over the variant's sequential and skipped suites
+        m |= {"sequential/items_evaluated": float(saved.evaluated), "sequential/items_planned": float(saved.planned),
+              "sequential/items_saved": float(saved.saved)}
+        if saved.seconds_saved is not None:
+            m["sequential/eval_s_saved_estimate"] = saved.seconds_saved
     for label, value in (("memory/weights_bytes", v.weights_bytes), ("memory/engine_rss_bytes", v.engine_rss_bytes),
                          ("memory/engine_gpu_bytes", v.engine_gpu_bytes),
                          ("memory/model_bytes", v.model_memory_bytes),

@@ -1,0 +1,42 @@
+"""Sequential gates in MLflow, from a real record (conftest.stopped_campaign) logged to a SQLite store: each
+variant's run has the items its sequential and skipped suites evaluated, planned and saved (and the engine
+seconds saved, an estimate); each sequential gate the items it used, beside its gate/ metric."""
+
+from __future__ import annotations
+
+import pytest
+
+from qeval.tracking.mlflow import default_tracking_uri, log_record, variant_metrics
+
+
+def test_variant_runs_carry_the_items_saved(stopped_campaign, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    rec, run_dir = stopped_campaign.record, stopped_campaign.run_dir
+    uri = default_tracking_uri(tmp_path)
+    out = log_record(rec, run_dir, uri)
+    client = MlflowClient(tracking_uri=uri)
+    kids = {r.info.run_name: r.data.metrics for r in client.search_runs(
+        [out["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")}
+    bad, same = kids["bad"], kids["same"]
+    assert (bad["sequential/items_evaluated"], bad["sequential/items_planned"], bad["sequential/items_saved"]) == \
+        (100, 800, 700)  # custom/sums was skipped: its 400 items are saved too
+    assert (same["sequential/items_evaluated"], same["sequential/items_saved"]) == (400, 400)
+    eval_s = {v.name: v.eval_seconds for v in rec.variants}
+    assert bad["sequential/eval_s_saved_estimate"] == pytest.approx(eval_s["bad"] / 100 * 700)
+    assert bad["gate/custom/facts/contains"] == 0.0 and bad["items_used/custom/facts/contains"] == 100
+    assert bad["items_planned/custom/facts/contains"] == 400
+    assert "items_used/custom/sums/numeric" not in bad and bad["gate/custom/sums/numeric"] == 0.0  # NOT_RUN
+    assert same["items_used/custom/sums/numeric"] == 200
+    assert not any(k.startswith(("sequential/", "items_")) for k in kids["base"])  # the baseline reads every item
+
+
+def test_fixed_n_gates_log_no_items(stopped_campaign):
+    rec = stopped_campaign.record
+    fixed = rec.model_copy(update={
+        "gates": [g.model_copy(update={"sequential": None, "items_used": None, "items_planned": None})
+                  for g in rec.gates if g.verdict != "NOT_RUN"],
+        "variants": [v.model_copy(update={"not_run": {}, "suites": [s.model_copy(update={"planned": None})
+                                                                     for s in v.suites]}) for v in rec.variants]})
+    m = variant_metrics(fixed, "bad")
+    assert "gate/custom/facts/contains" in m and not any(k.startswith(("sequential/", "items_")) for k in m)
