@@ -151,20 +151,27 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
 
 @app.command()
 def validate(config: Path) -> None:
-    """Check a campaign file (and the suites it names) without running anything."""
+    """Check a campaign file and the suites it names, and that every lm-eval task's data loads here (offline,
+    in the engine's environment); serves nothing."""
     from .config import load_config
     from .settings import Settings
 
     try:
         cfg = load_config(config)
         from .pipeline.plan import plan  # after the file is read: its errors do not wait for the suites' libraries
+        from .suites.preflight import lmeval_data_check
 
-        p = plan(cfg, Settings.from_env(), str(config))
+        settings = Settings.from_env()
+        with lmeval_data_check(cfg.lmeval_suites(), settings, str(config), cfg.executor.kind == "local") as check:
+            p = plan(cfg, settings, str(config))  # while lm-eval's tasks are built
+            data = check.result()
     except QevalError as e:
         _fail(e)
     n_items = sum(len(s.items) for s in p.custom)
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
               f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
+    if p.lmeval:
+        out.print(data.summary())
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "
