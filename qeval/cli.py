@@ -179,6 +179,41 @@ def validate(config: Path) -> None:
                   f"(max_cells {g.max_cells}), each at most {g.max_seconds_per_cell:g} s")
 
 
+data_app = typer.Typer(no_args_is_help=True, help="Put lm-eval task data on this machine, offline.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("bigbench")
+def data_bigbench(tasks: list[str] = typer.Argument(..., help="as in BIG-bench's benchmark_tasks: "
+                                                               "phrase_relatedness, or a subtask such as "
+                                                               "arithmetic/2_digit_addition"),
+                  yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
+                                                                      "folder (an lm_eval suite's include_path)")
+                  ) -> None:
+    """Extract BIG-bench JSON tasks from the bigbench sdist `make setup` downloaded, into the data folder."""
+    from .settings import Settings
+    from .suites.bigbench import SDIST, extract, task_name, task_yaml
+
+    settings = Settings.from_env()
+    root = settings.data / "bigbench"
+    try:
+        if yaml_dir is not None and not yaml_dir.is_dir():
+            raise QevalError(f"{yaml_dir}: no such folder (--yaml)")
+        rows = extract(settings.data / ".download" / SDIST, root, tasks)
+    except QevalError as e:
+        _fail(e)
+    for task, n in rows.items():
+        out.print(f"{task}: {n} examples in {root / task / 'task.jsonl'}")
+        if yaml_dir is None:
+            continue
+        path = yaml_dir / f"{task_name(task)}.yaml"
+        if path.exists():  # the user's own edits are kept
+            out.print(f"  {path} exists: kept as it is")
+            continue
+        path.write_text(task_yaml(task, root / task / "task.jsonl"))
+        out.print(f"  lm-eval task {task_name(task)}: {path}")
+
+
 @app.command("plan")
 def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed share of items whose result flips "
                                                                       "(default: each gate rule's planning_flip_rate)"),
