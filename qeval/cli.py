@@ -172,25 +172,67 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
 
 @app.command()
 def validate(config: Path) -> None:
-    """Check a campaign file (and the suites it names) without running anything."""
+    """Check a campaign file and the suites it names, and that every lm-eval task's data loads here (offline,
+    in the engine's environment); serves nothing."""
     from .config import load_config
     from .settings import Settings
 
     try:
         cfg = load_config(config)
         from .pipeline.plan import plan  # after the file is read: its errors do not wait for the suites' libraries
+        from .suites.preflight import lmeval_data_check
 
-        p = plan(cfg, Settings.from_env(), str(config))
+        settings = Settings.from_env()
+        with lmeval_data_check(cfg.lmeval_suites(), settings, str(config), cfg.executor.kind == "local") as check:
+            p = plan(cfg, settings, str(config))  # while lm-eval's tasks are built
+            data = check.result()
     except QevalError as e:
         _fail(e)
     n_items = sum(len(s.items) for s in p.custom)
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
               f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
+    if p.lmeval:
+        out.print(data.summary())
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "
                   f"concurrencies = {len(cfg.grid_variants()) * g.rows() * len(g.concurrency)} cells "
                   f"(max_cells {g.max_cells}), each at most {g.max_seconds_per_cell:g} s")
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Put lm-eval task data on this machine, offline.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("bigbench")
+def data_bigbench(tasks: list[str] = typer.Argument(..., help="as in BIG-bench's benchmark_tasks: "
+                                                               "phrase_relatedness, or a subtask such as "
+                                                               "arithmetic/2_digit_addition"),
+                  yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
+                                                                      "folder (an lm_eval suite's include_path)")
+                  ) -> None:
+    """Extract BIG-bench JSON tasks from the bigbench sdist `make setup` downloaded, into the data folder."""
+    from .settings import Settings
+    from .suites.bigbench import SDIST, extract, task_name, task_yaml
+
+    settings = Settings.from_env()
+    root = settings.data / "bigbench"
+    try:
+        if yaml_dir is not None and not yaml_dir.is_dir():
+            raise QevalError(f"{yaml_dir}: no such folder (--yaml)")
+        rows = extract(settings.data / ".download" / SDIST, root, tasks)
+    except QevalError as e:
+        _fail(e)
+    for task, n in rows.items():
+        out.print(f"{task}: {n} examples in {root / task / 'task.jsonl'}")
+        if yaml_dir is None:
+            continue
+        path = yaml_dir / f"{task_name(task)}.yaml"
+        if path.exists():  # the user's own edits are kept
+            out.print(f"  {path} exists: kept as it is")
+            continue
+        path.write_text(task_yaml(task, root / task / "task.jsonl"))
+        out.print(f"  lm-eval task {task_name(task)}: {path}")
 
 
 @app.command("plan")

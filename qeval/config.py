@@ -216,6 +216,9 @@ class CampaignConfig(Strict):
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]
 
+    def lmeval_suites(self) -> list[LmEvalSuiteRef]:
+        return [s for s in self.suites if isinstance(s, LmEvalSuiteRef)]
+
     def grid_variants(self) -> list[VariantSpec]:
         """The variants the grid runs on: those it names, else every one qeval serves itself."""
         g = self.grid

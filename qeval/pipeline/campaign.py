@@ -23,6 +23,7 @@ from ..progress import PlainReporter, Reporter
 from ..record import RunRecord, VariantResult, prior_run
 from ..settings import Settings
 from ..store import ResultsStore
+from ..suites.preflight import lmeval_data_check
 from .environment import environment
 from .executor import make_executor
 from .judge import compare_and_gate, load_probe, summarize
@@ -135,8 +136,13 @@ class Campaign:
         With `only`, just those variants (and the baseline) are made and served; each other one keeps what
         an earlier record of this campaign shows where the store still holds it whole (carry_over)."""
         cfg = self.cfg
-        p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
-        plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
+        # a task whose data is not here is bad input now, not when lm-eval first runs; checked while planning
+        with lmeval_data_check(cfg.lmeval_suites(), self.settings, self.config_file,
+                               cfg.executor.kind == "local") as data:
+            p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
+            plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
+            if p.lmeval:
+                self.log(data.result().summary())
         selected = self._selected(only)
         executor = make_executor(cfg.executor, max_seconds)
         executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written

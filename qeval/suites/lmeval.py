@@ -8,9 +8,11 @@ SQLite, so a task killed half-way resumes where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -95,25 +97,72 @@ def _task_file(include: Path | None, task: str) -> Path | None:
 
 
 def _data_files(task_file: Path, data_dir: Path) -> list[Path]:
+    """The local files a task's dataset_kwargs.data_files name: {qeval_data} filled in, a relative path taken
+    against the YAML's own folder, a glob (`*.arrow`: a dataset saved in shards) expanded, in order."""
     try:
-        spec = yaml.safe_load(task_file.read_text()) or {}
+        spec = yaml.load(task_file.read_text(), Loader=_TaskLoader) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"not valid YAML: {e}", file=str(task_file)) from None
-    files = ((spec.get("dataset_kwargs") or {}).get("data_files") or {})
+    out = []
+    for x in _flat_data_files(spec):
+        if "://" in x:
+            raise ConfigError(f"data file {x} is remote: qeval cannot download; provide it as a local file (see "
+                              "README 'Adding a task')", file=str(task_file), where="dataset_kwargs.data_files")
+        path = task_file.parent / x.replace(DATA_PLACEHOLDER, str(data_dir))  # an absolute one stays as it is
+        matched = sorted(path.parent.glob(path.name)) if glob.has_magic(path.name) and path.parent.is_dir() else []
+        out += matched or [path]
+    return out
+
+
+def _flat_data_files(spec: object) -> list[str]:
+    files = ((spec.get("dataset_kwargs") or {}).get("data_files") or {}) if isinstance(spec, dict) else {}
     values = files.values() if isinstance(files, dict) else [files]
-    flat = [x for v in values for x in (v if isinstance(v, list) else [v])]
-    return [Path(str(x).replace(DATA_PLACEHOLDER, str(data_dir))) for x in flat]
+    return [str(x) for v in values for x in (v if isinstance(v, list) else [v])]
+
+
+def _absolute_data_files(text: str, folder: Path) -> str:
+    """The task YAML with each relative data_files entry made absolute against `folder`, its own: lm-eval reads
+    a copy in another folder, and `datasets` takes a relative path against the working directory. Read and
+    written as YAML nodes, so lm-eval's `!function` tags come through; a YAML with none is returned as it is."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def child(node, key: str):
+        if isinstance(node, yaml.MappingNode):
+            return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+        return None
+
+    def scalars(node) -> list:
+        if isinstance(node, yaml.ScalarNode):
+            return [node]
+        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+            return [s for n in node.value for s in scalars(n[1] if isinstance(n, tuple) else n)]
+        return []
+
+    relative = [s for s in scalars(child(child(root, "dataset_kwargs"), "data_files"))
+                if "://" not in s.value and not Path(s.value).is_absolute()]
+    if not relative:
+        return text
+    for s in relative:
+        s.value, s.style = str(folder / s.value), '"'
+    return yaml.serialize(root, Dumper=yaml.SafeDumper, allow_unicode=True, width=10_000)
 
 
 def materialize_tasks(ref: LmEvalSuiteRef, data_dir: Path, work: Path) -> Path | None:
-    """Copy the local task YAMLs with the data folder filled in, so lm-eval reads absolute paths."""
+    """Copy the local task YAMLs with the data folder filled in and relative data files made absolute (against
+    each YAML's own folder), so lm-eval reads absolute paths."""
     if ref.include_path is None:
         return None
     out = work / "lmeval-tasks"
     out.mkdir(parents=True, exist_ok=True)
     for p in sorted(ref.include_path.glob("*.yaml")):
         text = p.read_text().replace(DATA_PLACEHOLDER, str(data_dir))
+        try:
+            text = _absolute_data_files(text, p.parent.resolve())
+        except yaml.YAMLError:
+            pass  # lm-eval cannot read it either; resolve_tasks names the file where a task needs it
         (out / p.name).write_text(text)
+    for p in sorted(ref.include_path.glob("*.py")):  # what a YAML's `!function utils.f` imports, beside it
+        shutil.copyfile(p, out / p.name)
     return out
 
 
@@ -138,8 +187,12 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
                                       f"task's own folder", file=str(f), where="dataset_kwargs.data_files")
                 if not data.is_file():
                     raise MissingEnvError(f"data for lm-eval task {name!r}", str(data))
-                hashes[data.name] = file_hash(data)
+                # keyed by file name (what the shipped tasks' keys hold); a second file of that name (a saved
+                # dataset's shards, one per split) by its path
+                hashes[data.name if data.name not in hashes else os.path.relpath(data, f.parent)] = file_hash(data)
             content["data"] = hashes
+            if "!function" in text:  # its code decides its prompts and scores too
+                content["code"] = {py.name: file_hash(py) for py in sorted(f.parent.glob("*.py"))}
         elif ref.include_path is not None:
             raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
                               " but its data would need the hub, which this machine cannot reach)",

@@ -1,0 +1,168 @@
+"""The lm-eval data pre-flight: `qeval validate` (and `qeval run` before any engine starts) builds every task in
+the engine's environment, offline, and reads its docs; a task whose data is not here is exit 2 naming it.
+Parquet and arrow saved by HF datasets, beside the task's YAML, load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qeval.errors import MissingEnvError
+from qeval.settings import Runtime, Settings
+from qeval.suites.lmeval import resolve_tasks
+from qeval.suites.preflight import _marker, _remember, check_lmeval_data
+from qeval.suites.spec import LmEvalSuiteRef
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "suites" / "lmeval"
+
+
+def _task(folder: Path, name: str, data_files: str, extra: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(f"task: {name}\ndataset_path: parquet\ndataset_kwargs:\n  data_files:\n{data_files}"
+                    f"test_split: test\noutput_type: generate_until\ndoc_to_text: \"{{{{question}}}}\"\n"
+                    f"doc_to_target: \"{{{{answer}}}}\"\n{extra}")
+    return path
+
+
+def _ref(folder: Path, *tasks: str) -> LmEvalSuiteRef:
+    return LmEvalSuiteRef(kind="lm_eval", tasks=list(tasks), include_path=folder)
+
+
+# -- what the check remembers (no engine) ------------------------------------------------------------------
+
+def _no_engine(tmp_path: Path) -> Settings:
+    return Settings(cache=tmp_path / "cache", vllm=Runtime("absent", tmp_path / "nowhere" / "bin" / "python"))
+
+
+def test_a_task_that_passed_is_not_built_again(tmp_path):
+    settings = _no_engine(tmp_path)
+    ref = _ref(SHIPPED, "bb_general_knowledge", "bb_logical_sequence")
+    settings.data.mkdir(parents=True)
+    for rel in ("general_knowledge", "logical_sequence"):  # the files resolve_tasks hashes
+        (settings.data / "bigbench" / rel).mkdir(parents=True)
+        (settings.data / "bigbench" / rel / "task.jsonl").write_text('{"input": "q"}\n')
+    with pytest.raises(MissingEnvError, match="the lm-eval environment"):  # it would have to build them
+        check_lmeval_data([ref], settings, "c.yaml")
+    for t in resolve_tasks(ref, settings.data):
+        _remember(_marker(settings, t), t, {"n_docs": 1})
+    done = check_lmeval_data([ref], settings, "c.yaml")  # no engine needed: nothing left to build
+    assert done.cached == ("bb_general_knowledge", "bb_logical_sequence") and not done.checked
+    (settings.data / "bigbench" / "logical_sequence" / "task.jsonl").write_text('{"input": "other"}\n')
+    with pytest.raises(MissingEnvError):  # other data, another key: built again
+        check_lmeval_data([ref], settings, "c.yaml")
+
+
+def test_without_the_engine_here_a_cluster_run_skips_the_check(tmp_path):
+    settings = _no_engine(tmp_path)
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["hellaswag"])
+    done = check_lmeval_data([ref], settings, "c.yaml", required=False)
+    assert done.skipped and "not checked here" in done.summary()
+
+
+# -- the real check, in the engine venv ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def engine() -> Path:
+    s = Settings.from_env()
+    if not s.vllm.exists():  # a failure, not a skip: `make setup` builds it
+        pytest.fail(f"not built: {s.vllm.location}; run `make setup`")
+    return s.vllm.python
+
+
+def _campaign(tmp_path: Path, suite: str) -> Path:
+    (tmp_path / "ck").mkdir(exist_ok=True)
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: t\nmodel: {{path: ck}}\noutput_dir: runs\nbaseline: {{name: base, method: bf16}}\n"
+                   f"variants: [{{name: q, method: int8}}]\nsuites:\n  - {suite}\n")
+    return cfg
+
+
+def _env(tmp_path: Path, engine: Path) -> dict[str, str]:
+    """A cache of its own (so what passed is remembered here only), the real engine and data."""
+    cache = tmp_path / "cache"
+    (cache / "data").mkdir(parents=True, exist_ok=True)
+    real = Settings.from_env().data / "bigbench"
+    if real.is_dir() and not (cache / "data" / "bigbench").exists():  # a copy: a link would lead outside it
+        shutil.copytree(real, cache / "data" / "bigbench")
+    return {**os.environ, "QEVAL_CACHE": str(cache), "QEVAL_VLLM_PYTHON": str(engine), "PYTHONPATH": str(ROOT)}
+
+
+def validate(cfg: Path, env: dict[str, str], command: str = "validate") -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "qeval.cli", command, str(cfg)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    return r, time.monotonic() - start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_task_whose_dataset_is_not_here_is_exit_2_naming_it(tmp_path, engine, command):
+    r, seconds = validate(_campaign(tmp_path, "{kind: lm_eval, tasks: [hellaswag]}"), _env(tmp_path, engine),
+                          command)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "lm-eval task 'hellaswag': its dataset (Rowan/hellaswag) is not on this machine" in r.stderr
+    assert "qeval cannot download" in r.stderr and "README 'Adding a task'" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # found before anything was written or started
+    print(f"{command}, hellaswag missing: {seconds:.1f} s")
+
+
+@pytest.mark.slow
+def test_a_misspelled_task_gets_lm_evals_close_names(tmp_path, engine):
+    r, _ = validate(_campaign(tmp_path, "{kind: lm_eval, tasks: [hellaswagg]}"), _env(tmp_path, engine))
+    assert r.returncode == 2 and "lm-eval task 'hellaswagg': lm-eval has no such task (did you mean 'hellaswag'" \
+        in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_a_shipped_task_passes_once_per_machine(tmp_path, engine):
+    env = _env(tmp_path, engine)
+    cfg = _campaign(tmp_path, f"{{kind: lm_eval, include_path: {SHIPPED}, tasks: [bb_general_knowledge]}}")
+    first, s1 = validate(cfg, env)
+    assert first.returncode == 0, first.stderr
+    assert "lm-eval data: 1 task loads here, offline (1 checked" in first.stdout
+    again, s2 = validate(cfg, env)
+    assert again.returncode == 0 and "(0 checked in 0.0 s, 1 passed before)" in again.stdout, again.stdout
+    print(f"validate, bb_general_knowledge: {s1:.1f} s checked, {s2:.1f} s remembered")
+
+
+HF_SAVE = """
+import datasets, sys
+rows = [{"question": f"{i} + 1 =", "answer": str(i + 1)} for i in range(5)]
+ds = datasets.Dataset.from_list(rows)
+ds.to_parquet(sys.argv[1] + "/toy.parquet")
+datasets.DatasetDict({"test": ds}).save_to_disk(sys.argv[1] + "/toy_saved")
+"""
+
+
+@pytest.mark.slow
+def test_datasets_saved_by_hf_datasets_load_beside_their_yaml(tmp_path, engine):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    env = _env(tmp_path, engine)
+    subprocess.run([str(engine), "-c", HF_SAVE, str(tasks)], check=True, capture_output=True, timeout=300,
+                   env={**env, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1"})
+    _task(tasks, "toy_parquet", "    test: toy.parquet\n")
+    (tasks / "toy_arrow.yaml").write_text(_task(tasks, "toy_arrow", "    test: toy_saved/test/*.arrow\n")
+                                          .read_text().replace("dataset_path: parquet", "dataset_path: arrow"))
+    _task(tasks, "toy_wrong_split", "    test: toy.parquet\n").write_text(
+        (tasks / "toy_wrong_split.yaml").read_text().replace("test_split: test", "test_split: validation"))
+    three = _campaign(tmp_path, f"{{kind: lm_eval, include_path: {tasks}, tasks: [toy_parquet, toy_arrow, "
+                                "toy_wrong_split]}")
+    r, _ = validate(three, env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "lm-eval task 'toy_wrong_split'" in r.stderr and "does not load" in r.stderr
+    assert "toy_parquet" not in r.stderr and "toy_arrow" not in r.stderr  # every failure named, only those
+    two = _campaign(tmp_path, f"{{kind: lm_eval, include_path: {tasks}, tasks: [toy_parquet, toy_arrow]}}")
+    r, _ = validate(two, env)
+    assert r.returncode == 0, r.stderr
+    assert "2 tasks load here, offline (0 checked in 0.0 s, 2 passed before)" in r.stdout  # passed above
