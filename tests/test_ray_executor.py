@@ -196,6 +196,7 @@ def test_sequential_gates_on_ray_stop_where_the_local_run_stops(cluster, spawn, 
     """The baseline's task goes first; each variant's task gets its records and stops at the local run's look."""
     from tests.test_sequential_pipeline import SEQ, _campaign as seq_campaign, _run as seq_run
 
+    (tmp_path / "local").mkdir()
     local = seq_run(tmp_path / "local", SEQ)
     root = tmp_path / "ray"
     root.mkdir()

@@ -23,6 +23,8 @@ def test_lmeval_and_logprobs_stop_at_the_look_that_decides(server, base_model, s
     _, endpoint = server
     ext = (f'method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model}, '
            f"checkpoint: {base_model}")
+    # the same server under another name: an endpoint's key is its URL, so the variant's records are its own
+    other = ext.replace("127.0.0.1", "localhost")
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(f"""
 name: seq
@@ -30,7 +32,7 @@ model: {{path: {base_model}}}
 output_dir: {tmp_path / 'runs'}
 baseline: {{name: base, {ext}}}
 variants:
-  - {{name: same, {ext}}}
+  - {{name: same, {other}}}
 suites:
   - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_1_digit_addition], limit: 60}}
   - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 40, top_k: 5}}
