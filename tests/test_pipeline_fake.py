@@ -34,11 +34,11 @@ QEVAL = [sys.executable, "-m", "qeval.cli"]
 DELAY = 0.002  # between streamed tokens: a kill lands inside a stage, not after it
 
 
-def _suites(root: Path) -> list[Path]:
-    """Two small custom suites: "facts" (contains) and "sums" (numeric)."""
+def _suites(root: Path, n: int = N) -> list[Path]:
+    """Two small custom suites of n items: "facts" (contains) and "sums" (numeric)."""
     for name, scorer, make in (("facts", "contains", lambda i: (f"Name fact {i}.", f"fact-{i}")),
                                ("sums", "numeric", lambda i: (f"What is {i} + {i}?", str(2 * i)))):
-        items = [{"id": f"{name}{i}", "prompt": p, "reference": r} for i, (p, r) in enumerate(map(make, range(N)))]
+        items = [{"id": f"{name}{i}", "prompt": p, "reference": r} for i, (p, r) in enumerate(map(make, range(n)))]
         (root / f"{name}.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
         (root / f"{name}.yaml").write_text(f"name: {name}\nitems: {name}.jsonl\nscorers: [{{kind: {scorer}}}]\n")
     # relative to the checkpoint folder: the same checkpoint content (and key) in every test's folder

@@ -4,6 +4,7 @@ the store; stop_variant_on_fail skips what is left of a failed variant (NOT_RUN,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -18,21 +19,13 @@ from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.stats.sequential import gsd_gate
+from tests.test_pipeline_fake import _suites
 
 N = 400  # items per suite: a decided FAIL at the first look (100) saves three quarters of them
 
 
-def _suites(root: Path) -> list[Path]:
-    for name, scorer, make in (("facts", "contains", lambda i: (f"Name fact {i}.", f"fact-{i}")),
-                               ("sums", "numeric", lambda i: (f"What is {i} + {i}?", str(2 * i)))):
-        items = [{"id": f"{name}{i:03d}", "prompt": p, "reference": r} for i, (p, r) in enumerate(map(make, range(N)))]
-        (root / f"{name}.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
-        (root / f"{name}.yaml").write_text(f"name: {name}\nitems: {name}.jsonl\nscorers: [{{kind: {scorer}}}]\n")
-    return [Path("../../facts.jsonl"), Path("../../sums.jsonl")]
-
-
 def _campaign(root: Path, gates: str, name: str = "s") -> Path:
-    answers = _suites(root)
+    answers = _suites(root, N)
     write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers))
     write_checkpoint(root / "ck" / "bad", FakeEngineSpec(model="bad", answers=answers, wrong_fraction=0.4))
     write_checkpoint(root / "ck" / "same", FakeEngineSpec(model="same", answers=answers))
@@ -169,3 +162,16 @@ def test_betting_on_a_continuous_metric_is_refused_before_anything_starts(tmp_pa
     config.write_text(text)
     with pytest.raises(ConfigError, match=r"logprobs/p/kl: the betting sequence cannot gate it \(its scores are not 0/1\)"):
         plan(load_config(config), Settings(cache=tmp_path / "cache", share_records=False), str(config))
+
+
+def test_an_lmeval_task_is_cut_over_the_docs_its_data_has():
+    """A task with fewer docs than its suite's limit (bb_general_knowledge: 70 of 200) is cut over those;
+    its key names the looks, not the count, so `qeval finish` (no pre-flight) finds the same key."""
+    from qeval.suites.lmeval import LmEvalTask
+
+    t = LmEvalTask(name="t", key="lm_eval:t:abc", settings={"limit": 200}).in_batches(((50, 50),))
+    assert t.key.startswith("lm_eval:t:abc:b") and t.unbatched_key == "lm_eval:t:abc"
+    assert t.batches == (50, 100, 150, 200)
+    counted = dataclasses.replace(t, n_docs=70)
+    assert counted.key == t.key and counted.planned_docs == 70 and counted.batches == (50, 70)
+    assert LmEvalTask(name="t", key="k", settings={"limit": 200}).batches == ()

@@ -27,7 +27,8 @@ from ..suites.preflight import lmeval_data_check
 from .environment import environment
 from .executor import make_executor
 from .judge import compare_and_gate, load_probe, summarize
-from .plan import Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans
+from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans,
+                   with_doc_counts)
 from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached
 from .sink import StoreSink
 from .variant import VariantOutcome, grid_rows
@@ -142,7 +143,9 @@ class Campaign:
             p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
             plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
             if p.lmeval:
-                self.log(data.result().summary())
+                check = data.result()
+                self.log(check.summary())
+                with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
         selected = self._selected(only)
         executor = make_executor(cfg.executor, max_seconds)
         executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written

@@ -5,6 +5,7 @@ Everything a variant's run needs travels in its plan; nothing in it points into 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,24 +209,31 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
 
 
 def _batched(cfg: CampaignConfig, ref, tasks: list[LmEvalTask], config_file: str) -> list[LmEvalTask]:
-    """Each task a sequential gate reads, cut at its looks (every look of a rule that gates one of its
-    metrics); lm-eval then runs it in those batches, for the baseline as for every variant."""
+    """Each task a sequential gate reads, cut at its looks (those of every rule that gates one of its
+    metrics); lm-eval then runs it in those batches, for the baseline as for every variant. The docs they
+    cut are counted by the data pre-flight (with_doc_counts)."""
     from ..gates import rule_for
-    from ..looks import pauses
 
     policy, out = cfg.gates, []
     for t in tasks:
-        rules = {id(r): r for m in t.metrics if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
-                 and policy.sequential_of(r) is not None}
-        if not rules:
+        specs = {(seq.look_every, seq.min_items) for m in t.metrics
+                 if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
+                 and (seq := policy.sequential_of(r)) is not None}
+        if not specs:
             out.append(t)
             continue
         if ref.limit is None:
             raise ConfigError(f"lm-eval task {t.name}: a sequential gate reads it, which needs the suite's `limit` "
-                              "(the number of docs the looks are planned over)", file=config_file,
-                              where="suites: lm_eval.limit")
-        out.append(t.in_batches(pauses(policy, list(rules.values()), [None] * ref.limit, ref.limit)))
+                              "(the docs the looks are planned over)", file=config_file, where="suites: lm_eval.limit")
+        out.append(t.in_batches(tuple(sorted(specs))))
     return out
+
+
+def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> None:
+    """The docs each batched task's data has (the pre-flight's count, by unbatched key), into the plan: a
+    task with fewer docs than its limit is cut over the docs it has."""
+    p.lmeval[:] = [(ref, [dataclasses.replace(t, n_docs=n_docs.get(t.unbatched_key)) if t.looks else t for t in ts])
+                   for ref, ts in p.lmeval]
 
 
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:

@@ -241,7 +241,7 @@ class _Run:
         todo = [t for t in todo if not monitor.skip(keys[t.key])]
         if not todo:
             return
-        cuts = {t.name: lmeval_cuts(p.seed, keys[t.key], t.batches, t.settings["limit"]) if t.batches else None
+        cuts = {t.name: lmeval_cuts(p.seed, keys[t.key], t.batches, t.planned_docs) if t.batches else None
                 for t in todo}
         used: dict[str, set[str]] = {t.name: set(self.sink.done_ids(vkey, t.key)) for t in todo}
 

@@ -72,13 +72,32 @@ class LmEvalTask:
     settings: dict
     output_type: str | None = None  # from the task YAML; None for a task lm-eval knows by name
     metrics: dict[str, MetricSpec] = field(default_factory=dict)  # what each metric is (task_metrics)
-    # sequential gates: the item counts after which its gates look. The task then runs in batches (lm-eval's
-    # --samples), and its few-shot prompts depend on them (lm-eval draws examples from one seeded stream in
-    # doc order), so they are part of its key
-    batches: tuple[int, ...] = ()
+    # sequential gates: each (look_every, min_items) its gates look by. The task then runs in batches
+    # (lm-eval's --samples), and its few-shot prompts depend on them (lm-eval draws examples from one
+    # seeded stream in doc order), so they are part of its key
+    looks: tuple[tuple[int, int], ...] = ()
+    unbatched_key: str = ""  # the key before the batches entered it (what the data pre-flight keys by)
+    n_docs: int | None = None  # the docs its data has, where the pre-flight counted them
 
-    def in_batches(self, pauses: tuple[int, ...]) -> "LmEvalTask":
-        return dataclasses.replace(self, batches=pauses, key=f"{self.key}:b{stable_hash(list(pauses), 8)}")
+    def in_batches(self, looks: tuple[tuple[int, int], ...]) -> "LmEvalTask":
+        return dataclasses.replace(self, looks=looks, unbatched_key=self.key,
+                                   key=f"{self.key}:b{stable_hash([list(x) for x in looks], 8)}")
+
+    @property
+    def planned_docs(self) -> int | None:
+        """The docs the looks are planned over: the suite's limit, or fewer where the data has fewer."""
+        limit = self.settings.get("limit")
+        return min(limit, self.n_docs) if limit and self.n_docs else (limit or self.n_docs)
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        """The doc counts after which its gates look (empty: not cut)."""
+        from ..stats.sequential import look_schedule
+
+        n = self.planned_docs
+        if not self.looks or not n:
+            return ()
+        return tuple(sorted({t for every, first in self.looks for t in look_schedule(n, every, first)}))
 
     @property
     def needs_prompt_logprobs(self) -> bool:

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -41,6 +41,7 @@ class DataCheck:
     cached: tuple[str, ...] = ()  # passed before on this machine under the same key
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was checked here
+    n_docs: dict[str, int] = field(default_factory=dict)  # per (unbatched) task key: the docs its data has
 
     def summary(self) -> str:
         if self.skipped:
@@ -138,13 +139,14 @@ class _Run:
     def result(self) -> DataCheck:
         if self.error is not None:
             raise self.error
+        known = self._counted()
         if not self.todo:
-            return DataCheck(cached=tuple(self.cached))
+            return DataCheck(cached=tuple(self.cached), n_docs=known)
         if self.proc is None:  # no engine environment here
             if self.required:
                 raise MissingEnvError("the lm-eval environment", self.settings.vllm.location)
             return DataCheck(skipped=f"no engine environment at {self.settings.vllm.location}; each node reads "
-                                     "its own")
+                                     "its own", n_docs=known)
         rc = self.proc.wait()
         out = self.work / "out.json"
         if rc != 0 or not out.is_file():
@@ -157,12 +159,26 @@ class _Run:
                 res = found.get(t.name, {"problem": "broken", "error": "the check returned nothing for it"})
                 if res.get("ok"):
                     _remember(self.markers[t.key], t, res)
+                    if isinstance(res.get("n_docs"), int):
+                        known[t.key] = res["n_docs"]
                 else:
                     problems.append(_problem(t.name, res, self.files.get(t.key)))
         if problems:
             raise ConfigError("; ".join(problems), file=self.config_file, where="suites: lm_eval.tasks")
         return DataCheck(checked=tuple(t.name for _, ts in self.todo for t in ts), cached=tuple(self.cached),
-                         seconds=time.monotonic() - self.start)
+                         seconds=time.monotonic() - self.start, n_docs=known)
+
+    def _counted(self) -> dict[str, int]:
+        """The doc counts of the tasks that passed before, from their markers."""
+        out = {}
+        for key, path in self.markers.items():
+            try:
+                n = json.loads(path.read_text()).get("n_docs")
+            except (OSError, ValueError):
+                continue
+            if isinstance(n, int):
+                out[key] = n
+        return out
 
     def close(self) -> None:
         if self.proc is not None and self.proc.alive():
