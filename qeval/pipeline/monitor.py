@@ -64,8 +64,9 @@ class Monitor:
         """Whether this suite is skipped: a gate has already failed the variant (stop_variant_on_fail)."""
         if not (self.on and self.policy.stop_variant_on_fail and self.failed):
             return False
-        self.not_run[sk.suite] = f"not run: gate {self.failed} had already failed the variant (stop_variant_on_fail)"
-        self.log(f"[{self.plan.name}] {sk.suite}: {self.not_run[sk.suite]}")
+        if sk.suite not in self.not_run:  # asked again when the run goes on for its probe: said once
+            self.not_run[sk.suite] = f"not run: gate {self.failed} had already failed the variant (stop_variant_on_fail)"
+            self.log(f"[{self.plan.name}] {sk.suite}: {self.not_run[sk.suite]}")
         return True
 
     def batches(self, sk: "SuiteKey", ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
