@@ -13,10 +13,10 @@ from ..metrics import UNDECLARED
 from ..record import RunRecord, SuiteSummary, VariantResult
 from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
+from .plan import Plan, SuiteKey
 
 if TYPE_CHECKING:
     from ..looks import SuiteLook
-from .plan import Plan, SuiteKey
 
 # the comparison's statistics (compare, gates: scipy.stats) take about a second to import; they are
 # imported where a comparison is made, so a run that is cut before comparing never loads them
