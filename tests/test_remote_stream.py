@@ -120,3 +120,18 @@ def test_a_lost_holders_leases_are_given_back():
 
     history = asyncio.run(scenario())
     assert [h["holder"] for h in history] == ["lost#1", "probe#1"] and history[0]["end"] is not None
+
+
+def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_sent(tmp_path):
+    """Sequential gates read scores: a variant's task resubmitted after a lost worker gets the merged records."""
+    from qeval.pipeline.remote import StreamSink
+    from qeval.store import Record
+
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        store.put("v", "s", "w3", "custom/x", [Record(item_id=f"i{k}", scores={"c": float(k % 2)}) for k in range(4)])
+        plain, full = Stored.of(store, "w3"), Stored.of(store, "w3", with_records=True)
+    assert plain.records == {} and StreamSink(plain, lambda m: None).records("v", "s") == []
+    sink = StreamSink(full, lambda m: None)
+    sink.put("v", "s", "w3", "custom/x", [Record(item_id="i9", scores={"c": 1.0})])
+    assert [r.item_id for r in sink.records("v", "s")] == ["i0", "i1", "i2", "i3", "i9"]
+    assert sink.records("v", "s")[1].scores == {"c": 1.0}

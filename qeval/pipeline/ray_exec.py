@@ -275,7 +275,8 @@ class RayExecutor:
             # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
             gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
-                p, sink.stored(p.name), shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
+                p, sink.stored(p.name, with_records=p.gates is not None and p.role == "variant"),
+                shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
                 f"{p.name}#{attempt[p.name]}", reference["records"] if p.role == "variant" else None)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,

@@ -38,11 +38,14 @@ class Stored:
 
     done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     complete: frozenset[tuple[str, str]] = frozenset()
+    # the records themselves, for a variant whose run gates as it goes (sequential gates read scores)
+    records: dict[tuple[str, str], tuple[Record, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, store: ResultsStore, variant: str) -> "Stored":
+    def of(cls, store: ResultsStore, variant: str, with_records: bool = False) -> "Stored":
         done, complete = store.progress(variant)
-        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete))
+        records = {k: tuple(store.records(*k)) for k in done} if with_records else {}
+        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete), records)
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,10 @@ class StreamSink:
         self.emit, self.shared = emit, shared
         self.done = {k: set(v) for k, v in stored.done.items()}
         self.complete = set(stored.complete)
-        # the records sent from here: what this task's looks read (a retry's looks start from its own, so a
-        # suite an earlier attempt began only stops at a look the records sent since reach)
-        self.sent: dict[tuple[str, str], dict[tuple[str, int], Record]] = {}
+        # what this task's looks read: the records the driver held when it began (where shipped) and those
+        # sent from here since
+        self.sent: dict[tuple[str, str], dict[tuple[str, int], Record]] = {
+            k: {(r.item_id, r.sample): r for r in recs} for k, recs in stored.records.items()}
 
     def done_ids(self, vkey: str, skey: str) -> set[str]:
         return set(self.done.get((vkey, skey), ()))

@@ -43,7 +43,7 @@ class RecordSink(Protocol):
 class StoredSink(RecordSink, Protocol):
     """A sink that can also say what it holds of a variant: what a unit of work run elsewhere starts from."""
 
-    def stored(self, variant: str) -> "Stored": ...
+    def stored(self, variant: str, with_records: bool = False) -> "Stored": ...
 
 
 class StoreSink:
@@ -88,7 +88,7 @@ class StoreSink:
     def begin(self, started: object) -> None:
         self.on_begin(started)
 
-    def stored(self, variant: str) -> "Stored":
+    def stored(self, variant: str, with_records: bool = False) -> "Stored":
         from .remote import Stored
 
-        return Stored.of(self.store, variant)
+        return Stored.of(self.store, variant, with_records)
