@@ -18,22 +18,12 @@ from qeval.settings import Runtime, Settings
 from qeval.suites.lmeval import resolve_tasks
 from qeval.suites.preflight import _marker, _remember, check_lmeval_data
 from qeval.suites.spec import LmEvalSuiteRef
+from tests.suites.test_lmeval_files import _ref, _task
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "suites" / "lmeval"
 
 
-def _task(folder: Path, name: str, data_files: str, extra: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.yaml"
-    path.write_text(f"task: {name}\ndataset_path: parquet\ndataset_kwargs:\n  data_files:\n{data_files}"
-                    f"test_split: test\noutput_type: generate_until\ndoc_to_text: \"{{{{question}}}}\"\n"
-                    f"doc_to_target: \"{{{{answer}}}}\"\n{extra}")
-    return path
-
-
-def _ref(folder: Path, *tasks: str) -> LmEvalSuiteRef:
-    return LmEvalSuiteRef(kind="lm_eval", tasks=list(tasks), include_path=folder)
 
 
 # -- what the check remembers (no engine) ------------------------------------------------------------------
