@@ -30,18 +30,27 @@ def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
     return hits[-1] if hits else None
 
 
-def direction_of(rule: GateRule, c: Comparison) -> str | None:
-    """The rule's direction, else the one the metric's definition declares (None: neither says)."""
+def _direction(rule: GateRule, higher_is_better: bool | None) -> str | None:
     if rule.direction is not None:
         return rule.direction
-    return None if c.higher_is_better is None else ("higher" if c.higher_is_better else "lower")
+    return None if higher_is_better is None else ("higher" if higher_is_better else "lower")
+
+
+def direction_of(rule: GateRule, c: Comparison) -> str | None:
+    """The rule's direction, else the one the metric's definition declares (None: neither says)."""
+    return _direction(rule, c.higher_is_better)
 
 
 def direction_of_spec(rule: GateRule, spec: "MetricSpec") -> str | None:
     """direction_of, for a metric known by its declaration alone (before any comparison is made)."""
-    if rule.direction is not None:
-        return rule.direction
-    return None if spec.higher_is_better is None else ("higher" if spec.higher_is_better else "lower")
+    return _direction(rule, spec.higher_is_better)
+
+
+def named_by_a_rule(policy: GatePolicy, suite: str, metric: str) -> bool:
+    """A rule names a metric when its pattern's last part is that metric, e.g. "logprobs/*/top1": then
+    the metric is gated even where it is not its suite's primary one."""
+    return any(r.match.rsplit("/", 1)[-1] == metric and fnmatchcase(f"{suite}/{metric}", r.match)
+               for r in policy.rules)
 
 
 def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> GateResult:
@@ -117,10 +126,7 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
     `not_run`: per variant, the suites it skipped after a failed gate, each as (its primary metric, why)."""
     results = []
     for c in comparisons:
-        # a rule names a metric when its pattern's last part is that metric, e.g. "logprobs/*/top1"
-        explicit = [r for r in policy.rules if r.match.rsplit("/", 1)[-1] == c.metric
-                    and fnmatchcase(f"{c.suite}/{c.metric}", r.match)]
-        if not c.primary and not explicit:
+        if not c.primary and not named_by_a_rule(policy, c.suite, c.metric):
             continue  # secondary metrics are reported, gated only when a rule names them
         rule = rule_for(policy, c.suite, c.metric)
         if rule is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -48,12 +47,11 @@ def prefix_length(order: Sequence[str], have: set[str]) -> int:
 def gated_metrics(policy: "GatePolicy", suite: str, metrics: Sequence[str], primary: str | None) -> list[tuple[str, "GateRule"]]:
     """The suite's metrics a gate reads, with its rule, as gates.evaluate picks them: the primary metric,
     and any metric a rule names."""
-    from .gates import rule_for
+    from .gates import named_by_a_rule, rule_for
 
     out = []
     for m in metrics:
-        explicit = any(r.match.rsplit("/", 1)[-1] == m and fnmatchcase(f"{suite}/{m}", r.match) for r in policy.rules)
-        if m != (primary or metrics[0]) and not explicit:
+        if m != (primary or metrics[0]) and not named_by_a_rule(policy, suite, m):
             continue
         rule = rule_for(policy, suite, m)
         if rule is not None:
