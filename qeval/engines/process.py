@@ -8,7 +8,10 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,27 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT / SIGTERM wait until the block ends: raised inside Popen after its fork, they would leave a child
+    nobody holds (it ran on, the campaign gone). Handlers run in the main thread only: another thread needs none."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: h for s, h in previous.items() if h is not None}  # None: set outside Python, left alone
+    for s in previous:
+        signal.signal(s, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(held):
+            signal.raise_signal(s)
 
 
 def stop_grace(exc: BaseException | None, normal: float | None = None) -> float | None:
@@ -66,15 +90,30 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
+        """Start it; returns with the child running, or raises with no child left (a Ctrl-C during the start
+        is held until the child is ours, then ends it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+        try:
+            with self.log_path.open("ab") as log, _signals_held():
+                self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
+        except BaseException:
+            self.terminate(grace_s=INTERRUPT_GRACE_S)
+            raise
 
     def wait(self) -> int:
         """Wait for it to exit; an exception meanwhile (Ctrl-C, SIGTERM) ends its whole group first."""
         try:
+            return self.proc.wait()
+        except BaseException:
+            self.terminate(grace_s=INTERRUPT_GRACE_S)
+            raise
+
+    def run(self) -> int:
+        """spawn, then wait: a tool worker's whole life, with no moment where an interrupt leaves it running."""
+        try:
+            self.spawn()
             return self.proc.wait()
         except BaseException:
             self.terminate(grace_s=INTERRUPT_GRACE_S)

@@ -83,8 +83,7 @@ class WorkerQuantizer:
         # its own process group, dying with qeval; on Ctrl-C / SIGTERM its whole group is ended
         worker = ServerProcess([str(self.runtime.python), str(self.worker), str(spec_file)], env, log)
         try:
-            worker.spawn()
-            rc = worker.wait()
+            rc = worker.run()
             if rc != 0 or not (tmp / self.done_file).is_file():
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
                 raise QuantizeError(f"{self.name} failed for variant {variant.name!r} (exit {rc}); log: {log}\n{tail}")

@@ -294,8 +294,7 @@ def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint,
         env["OPENAI_API_KEY"] = endpoint.api_key
     # its own process group, dying with qeval: Ctrl-C or a kill of qeval leaves no lm-eval running
     proc = ServerProcess(argv, env, log_path)
-    proc.spawn()
-    rc = proc.wait()
+    rc = proc.run()
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
         raise EngineError(f"lm-eval exited with code {rc} (log: {log_path})", variant=endpoint.model, log_tail=tail)
