@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
@@ -10,9 +11,12 @@ from .errors import ConfigError
 
 
 class Registry:
-    def __init__(self, what: str, entry_point_group: str | None = None):
+    def __init__(self, what: str, entry_point_group: str | None = None, modules: dict[str, str] | None = None):
+        """`modules`: built-ins whose module registers them when imported, imported only when named (an
+        optional dependency's), so a source checkout run through PYTHONPATH, with no entry points, finds them."""
         self.what, self.group = what, entry_point_group
         self._items: dict[str, Any] = {}
+        self._modules = dict(modules or {})
 
     def register(self, name: str) -> Callable[[Any], Any]:
         def deco(obj: Any) -> Any:
@@ -34,6 +38,8 @@ class Registry:
         return sorted(self._items)
 
     def get(self, name: str) -> Any:
+        if name not in self._items and name in self._modules:
+            importlib.import_module(self._modules[name])
         if name not in self._items:
             self._load_plugins()
         if name in self._items:

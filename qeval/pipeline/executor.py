@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .sink import RecordSink
     from .variant import VariantOutcome
 
-EXECUTORS = Registry("executor", entry_point_group="qeval.executors")
+EXECUTORS = Registry("executor", entry_point_group="qeval.executors", modules={"ray": "qeval.pipeline.ray_exec"})
 
 
 class ExecutorSpec(Kinded):
