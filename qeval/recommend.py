@@ -2,10 +2,10 @@
 the gate that stopped it. Pure: the record's verdicts, gates and figures in, a frozen answer out.
 
 "Cheapest" is what the policy's `recommend.by` says: the least weights memory (default) or the most output
-tokens/s at the latency SLO. "Closest" is the evaluated variant with the fewest failing gates (FAIL or
-INCONCLUSIVE), then the smallest total shortfall, each gate's measured in units of its own margin: how far
+tokens/s at the latency SLO. "Closest" is the evaluated variant with the fewest gates not passed (FAIL,
+INCONCLUSIVE, or NOT_RUN after another gate failed it), then the smallest total shortfall, each gate's measured in units of its own margin: how far
 its lower bound sits below -margin (a performance gate: how far its ratio misses the bound; an
-INCONCLUSIVE gate whose bound clears -margin: 0; a gate with no figure: infinite), then campaign order.
+INCONCLUSIVE gate whose bound clears -margin: 0; a gate with no figure, a NOT_RUN one too: infinite), then campaign order.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 By = Literal["weights_memory", "throughput_at_slo"]
 FAILING = ("FAIL", "INCONCLUSIVE")  # WARN never stops a variant
+# a gate skipped once another had failed the variant (stop_variant_on_fail) is unknown: never a pass
+NOT_PASSED = (*FAILING, "NOT_RUN")
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def candidates(r: "RunRecord") -> list[Candidate]:
             continue
         perf = v.perf()
         fails = tuple(Failure(gate=f"{g.suite} / {g.metric}", verdict=g.verdict, reason=g.reason, shortfall=shortfall(g))
-                      for g in r.gates if g.variant == v.name and g.verdict in FAILING)
+                      for g in r.gates if g.variant == v.name and g.verdict in NOT_PASSED)
         out.append(Candidate(name=v.name, verdict=r.verdicts.get(v.name, "NOT_EVALUATED"),
                              weights_bytes=perf.get("weights_bytes"),
                              throughput_at_slo=perf.get("output_throughput_at_slo"), failures=fails))

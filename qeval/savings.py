@@ -94,9 +94,13 @@ def stopped_at(g: "GateResult") -> str:
 
 def _variant(r: "RunRecord", v: "VariantResult", base_n: dict[str, int]) -> VariantItems | None:
     sequential = {g.suite for g in r.gates if g.variant == v.name and g.sequential is not None}
-    suites = [SuiteItems(s.suite, s.n, s.planned or s.n) for s in v.suites
-              if s.suite in sequential or s.planned is not None]
-    suites += [SuiteItems(suite, 0, base_n[suite], not_run=True) for suite in v.not_run if suite in base_n]
+    not_run = set(v.not_run)
+    # a suite cut part-way because a gate failed the variant has records and is not run: counted once
+    suites = [SuiteItems(s.suite, s.n, s.planned or base_n.get(s.suite, s.n), not_run=s.suite in not_run)
+              for s in v.suites if s.suite in sequential or s.planned is not None or s.suite in not_run]
+    seen = {s.suite for s in suites}
+    suites += [SuiteItems(suite, 0, base_n[suite], not_run=True) for suite in v.not_run
+               if suite in base_n and suite not in seen]
     if not suites:
         return None
     served = sum(s.n for s in v.suites) - sum(v.reused.values())  # reused records cost no engine time

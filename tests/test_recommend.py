@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from qeval.record import GateResult, RunRecord, VariantResult
-from qeval.recommend import Candidate, Failure, for_record, recommend, shortfall
+from qeval.recommend import Candidate, Failure, candidates, for_record, recommend, shortfall
 
 MIB = 2**20
 
@@ -116,3 +116,18 @@ def test_from_a_record_with_and_without_the_policy_field():
     assert none.closest.name == "w8" and none.total_gates == 2
     assert none.text().endswith("Closest: w8 (1 of 2 gates not passed); first failing gate: s / m: FAIL "
                                 "(lower bound -0.12 <= -margin -0.1)")
+
+
+def test_a_not_run_gate_is_not_passed():
+    """stop_variant_on_fail: the gates a failed variant skipped count against it, so a variant that failed its
+    first gate and ran nothing more is not the closest over one with more gates passed."""
+    gates = [_gate(variant="w4", lower_bound=-0.3), *(_gate(variant="w4", metric=f"n{i}", verdict="NOT_RUN")
+                                                      for i in range(5)),
+             _gate(variant="w8", lower_bound=-0.12), _gate(variant="w8", metric="n", verdict="INCONCLUSIVE",
+                                                          lower_bound=-0.05),
+             *(_gate(variant="w8", metric=f"p{i}", verdict="PASS", lower_bound=0.0) for i in range(4))]
+    none = for_record(_record({}, {"w4": "FAIL", "w8": "INCONCLUSIVE"}, gates))
+    w4 = next(c for c in candidates(
+        _record({}, {"w4": "FAIL", "w8": "INCONCLUSIVE"}, gates)) if c.name == "w4")
+    assert len(w4.failures) == 6 and math.isinf(w4.failures[1].shortfall)
+    assert none.closest.name == "w8" and "(2 of 6 gates not passed)" in none.text()

@@ -72,3 +72,16 @@ def test_the_verdict_says_where_a_sequential_gate_stopped():
         "FAIL at 1,200 of 4,000 items (betting)"
     assert stopped_at(_gate("q", "a", "PASS")) == "PASS"  # fixed n: the verdict alone
     assert stopped_at(_gate("q", "b", "NOT_RUN")) == "NOT_RUN"
+
+
+def test_a_suite_cut_part_way_by_a_failed_gate_counts_once():
+    """lm-eval runs a variant's tasks batch by batch together: when one task's gate fails the variant, the
+    others stop with the batches they have; such a suite has records and is NOT_RUN, and counts once (the
+    GPU run of 2026-12-02 counted it twice: 895 planned of 695)."""
+    q = VariantResult(name="q", method="fp8", role="variant", eval_seconds=20.0,
+                      suites=[_suite("a", 100, planned=400), _suite("b", 100, planned=300)],
+                      not_run={"b": "not run: gate a/m had already failed the variant"})
+    [v] = savings(_record([q], [_gate("q", "a", "FAIL", 100, 400), _gate("q", "b", "NOT_RUN")])).variants
+    assert [(x.suite, x.evaluated, x.planned, x.not_run) for x in v.suites] == [
+        ("a", 100, 400, False), ("b", 100, 300, True)]
+    assert (v.evaluated, v.planned, v.saved) == (200, 700, 500)
