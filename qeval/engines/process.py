@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ _PR_SET_PDEATHSIG = 1
 # on Ctrl-C / SIGTERM the user (or CI) is waiting: children get this long after SIGTERM, then SIGKILL
 INTERRUPT_GRACE_S = 3.0
 STOP_GRACE_S = 30.0  # otherwise: time for a clean shutdown (vLLM frees its engine core and device memory)
+GUARDIAN = Path(__file__).with_name("guardian.py")
+ORPHAN_GRACE_S = 10.0  # a group whose starter died: SIGTERM, then SIGKILL after this long (guardian.py)
 
 
 # "RuntimeError: ...", "ValueError: ...", "CUDA out of memory", "Address already in use": causes, not frames
@@ -88,6 +91,7 @@ class ServerProcess:
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
         self.argv, self.env, self.log_path = argv, env, log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.guardian: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
         """Start it; returns with the child running, or raises with no child left (a Ctrl-C during the start
@@ -98,6 +102,10 @@ class ServerProcess:
                 self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              preexec_fn=_die_with_parent)
+                # in a session of its own: ends the group should this process die without stopping it
+                self.guardian = subprocess.Popen(
+                    [sys.executable, "-I", str(GUARDIAN), str(os.getpid()), str(self.proc.pid), str(ORPHAN_GRACE_S)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         except BaseException:
             self.terminate(grace_s=INTERRUPT_GRACE_S)
             raise
@@ -105,19 +113,23 @@ class ServerProcess:
     def wait(self) -> int:
         """Wait for it to exit; an exception meanwhile (Ctrl-C, SIGTERM) ends its whole group first."""
         try:
-            return self.proc.wait()
+            rc = self.proc.wait()
         except BaseException:
             self.terminate(grace_s=INTERRUPT_GRACE_S)
             raise
+        self.terminate(grace_s=0)  # what it left in its group, and its guardian
+        return rc
 
     def run(self) -> int:
         """spawn, then wait: a tool worker's whole life, with no moment where an interrupt leaves it running."""
         try:
             self.spawn()
-            return self.proc.wait()
+            rc = self.proc.wait()
         except BaseException:
             self.terminate(grace_s=INTERRUPT_GRACE_S)
             raise
+        self.terminate(grace_s=0)  # what it left in its group, and its guardian
+        return rc
 
     @property
     def pid(self) -> int | None:
@@ -189,6 +201,10 @@ class ServerProcess:
                     pass
             self.proc.wait()
             self.proc = None
+            if self.guardian is not None:  # its group is gone: it would exit within a poll, end it now
+                self.guardian.kill()
+                self.guardian.wait()
+                self.guardian = None
 
     @staticmethod
     def _group(pgid: int) -> list[psutil.Process]:
