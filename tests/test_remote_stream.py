@@ -135,3 +135,27 @@ def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_se
     sink.put("v", "s", "w3", "custom/x", [Record(item_id="i9", scores={"c": 1.0})])
     assert [r.item_id for r in sink.records("v", "s")] == ["i0", "i1", "i2", "i3", "i9"]
     assert sink.records("v", "s")[1].scores == {"c": 1.0}
+
+
+def test_logs_reach_the_driver_at_each_step_so_a_cut_task_keeps_them(tmp_path):
+    """A task cut part way sends no Done: the logs of the steps it finished came before, each step's changed
+    logs once (the engine's log of the start, again once the suites have added to it)."""
+    from qeval.pipeline.remote import Files, Stage
+
+    plans, settings = _plans(tmp_path)
+    msgs = []
+    stream = variant_stream(plans[1], Stored(), {}, settings=settings)
+    for m in stream:
+        msgs.append(m)
+        if isinstance(m, Stage) and "suite" not in m.text and len([x for x in msgs if isinstance(x, Stage)]) > 2:
+            break  # cut: the generator is closed here, as a lost worker's stream ends
+    stream.close()
+    assert not any(isinstance(m, Done) for m in msgs)
+    shipped = [m for m in msgs if isinstance(m, Files)]
+    assert shipped, [type(m).__name__ for m in msgs]
+    names = {rel for f in shipped for rel in f.files}
+    assert any(rel.startswith("logs/") and "engine" in rel for rel in names), names
+    for f in shipped:  # as they cross to the driver
+        assert pickle.loads(pickle.dumps(f)) == f
+    sizes = [(rel, len(data)) for f in shipped for rel, data in f.files.items()]
+    assert len(sizes) == len(set(sizes))  # a log is sent again only when it has grown

@@ -249,7 +249,7 @@ class RayExecutor:
 
     def _follow(self, ray, task, book, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
         from .monitor import Reference
-        from .remote import Begin, Complete, Done, Log, Put, Stage, shipped_files, unpack
+        from .remote import Begin, Complete, Done, Files, Log, Put, Stage, shipped_files, unpack
 
         q: queue.Queue = queue.Queue()
         by_name = {p.name: p for p in plans}
@@ -311,6 +311,8 @@ class RayExecutor:
                 sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
             elif isinstance(msg, Complete):
                 sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
+            elif isinstance(msg, Files):
+                unpack(msg.files, workspace)
             elif isinstance(msg, Done):
                 unpack(msg.files, workspace)
                 left.discard(name)

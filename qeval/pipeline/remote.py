@@ -85,7 +85,12 @@ class Done:
     files: dict[str, bytes]  # relative to the workspace: the probe, grid rows, logs
 
 
-Message = Union[Log, Stage, Begin, Put, Complete, Done]
+@dataclass(frozen=True)
+class Files:
+    files: dict[str, bytes]  # logs as they stand at the end of a step: a task cut later leaves them with the driver
+
+
+Message = Union[Log, Stage, Begin, Put, Complete, Files, Done]
 
 
 class StreamSink:
@@ -138,10 +143,21 @@ class StreamSink:
 
 
 class StreamReporter:
-    """Reporter on a worker: log lines and the start of each step go to the driver."""
+    """Reporter on a worker: log lines and the start of each step go to the driver, and at each step's end
+    the workspace's logs that changed (a task cut by an interrupt or a lost node sends no Done)."""
 
-    def __init__(self, emit: Callable[[Message], None]):
-        self.emit = emit
+    def __init__(self, emit: Callable[[Message], None], workspace: Path | None = None):
+        self.emit, self.workspace = emit, workspace
+        self._sent: dict[str, int] = {}  # log -> its size when last sent
+
+    def _ship_logs(self) -> None:
+        if self.workspace is None:
+            return
+        logs = shipped_files(self.workspace, ("logs",))
+        new = {rel: data for rel, data in logs.items() if self._sent.get(rel) != len(data)}
+        if new:
+            self._sent |= {rel: len(data) for rel, data in new.items()}
+            self.emit(Files(new))
 
     def log(self, message: str) -> None:
         self.emit(Log(message))
@@ -150,7 +166,10 @@ class StreamReporter:
     def step(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
         t0 = time.monotonic()
         self.emit(Stage(description))
-        yield lambda n=1: None
+        try:
+            yield lambda n=1: None
+        finally:  # a step that failed has the log that says why
+            self._ship_logs()
         self.emit(Log(f"{description}: done in {time.monotonic() - t0:.0f} s"))
 
 
@@ -207,7 +226,7 @@ def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], s
 
     def work() -> None:
         try:
-            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put), guard, reference)
+            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put, ws), guard, reference)
         except BaseException as e:  # an unexpected fault travels to the driver as the task's error
             result["error"] = e
         finally:
