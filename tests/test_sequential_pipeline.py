@@ -175,3 +175,34 @@ def test_an_lmeval_task_is_cut_over_the_docs_its_data_has():
     counted = dataclasses.replace(t, n_docs=70)
     assert counted.key == t.key and counted.planned_docs == 70 and counted.batches == (50, 70)
     assert LmEvalTask(name="t", key="k", settings={"limit": 200}).batches == ()
+
+
+def test_a_pending_reference_is_waited_for_once_after_the_engine_is_up(tmp_path):
+    """The ray executor's way: a variant is made and served while the baseline still runs, and waits for the
+    baseline's records only at its first suite; its run then stops where a run given them at once stops."""
+    from qeval.pipeline.campaign import Campaign
+    from qeval.pipeline.monitor import Reference
+    from qeval.pipeline.plan import plan
+    from qeval.pipeline.sink import StoreSink
+    from qeval.pipeline.variant import run_variant
+    from qeval.store import ResultsStore
+
+    config = _campaign(tmp_path, SEQ)
+    cfg, settings = load_config(config), Settings(cache=tmp_path / "cache", share_records=False)
+    base, bad = Campaign(cfg, settings, config_file=str(config)).plans(plan(cfg, settings, str(config)))[:2]
+    lines: list[str] = []
+    log = PlainReporter(lines.append)
+    with ResultsStore(tmp_path / "r.sqlite") as store, StoreSink(store) as sink:
+        b = run_variant(base, tmp_path / "ws", sink, log)
+        calls: list[int] = []
+
+        def pending() -> Reference:
+            calls.append(len(lines))
+            return Reference.read(sink, b.key, base)
+
+        lines.clear()
+        out = run_variant(bad, tmp_path / "ws", sink, log, reference=pending)
+        assert out.status == "ok" and len(calls) == 1
+        assert any("engine up" in ln for ln in lines[:calls[0]]), lines  # served before it waited
+        assert sorted(len(_by_suite) for _by_suite in [
+            [r for r in store.records(out.key, sk.key)] for sk in bad.suites.suite_keys()]) == [100, 100]

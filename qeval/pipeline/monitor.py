@@ -32,6 +32,10 @@ class Reference:
         return cls(key, {sk.key: tuple(sink.records(key, sk.key)) for sk in plan.suites.suite_keys()})
 
 
+# the baseline's records still to come: called once, when a variant first needs them (the ray executor's)
+Pending = Callable[[], "Reference | None"]
+
+
 def batches(order: Sequence[str], pauses: Sequence[int]) -> list[list[str]]:
     """The order cut at each pause: what is evaluated before each look."""
     edges = [0, *pauses]
@@ -51,13 +55,30 @@ class Monitor:
     """One variant's looks. Off (every method a no-op) for the baseline, without a reference, or for a
     policy that neither looks while running nor stops on a failure."""
 
-    def __init__(self, plan: "VariantPlan", reference: Reference | None, sink: "RecordSink", vkey: str,
+    def __init__(self, plan: "VariantPlan", reference: "Reference | Pending | None", sink: "RecordSink", vkey: str,
                  log: Callable[[str], None]):
-        self.plan, self.reference, self.sink, self.vkey, self.log = plan, reference, sink, vkey, log
+        self.plan, self.sink, self.vkey, self.log = plan, sink, vkey, log
+        self._reference = reference
         self.policy = plan.gates
-        self.on = plan.role == "variant" and self.policy is not None and reference is not None
+        self._wants = plan.role == "variant" and self.policy is not None
         self.failed: str | None = None  # "suite/metric" of the first fail-action gate that FAILed
         self.not_run: dict[str, str] = {}  # per suite skipped after that, why
+
+    @property
+    def reference(self) -> Reference | None:
+        """The baseline's records; a pending one is waited for here, at the first suite that needs it (so the
+        variant is made and its engine started while the baseline still runs)."""
+        if callable(self._reference):
+            self._reference = self._reference()
+        return self._reference
+
+    def wait_for_reference(self) -> None:
+        if self._wants:
+            self.reference  # noqa: B018 (resolving it is the point)
+
+    @property
+    def on(self) -> bool:
+        return self._wants and self.reference is not None
 
     # -- which suites run, and in which batches ------------------------------------------------
     def skip(self, sk: "SuiteKey") -> bool:
@@ -139,9 +160,11 @@ class Monitor:
 
     def failed_already(self) -> bool:
         """Whether the suites already stored have failed the variant (a rerun then serves nothing more)."""
-        if not (self.on and self.policy.stop_variant_on_fail):
+        if not (self._wants and self.policy.stop_variant_on_fail):
             return False
-        for sk in self.plan.suites.suite_keys():
-            if self.sink.is_complete(self.vkey, sk.key):
-                self.finished(sk)
+        stored = [sk for sk in self.plan.suites.suite_keys() if self.sink.is_complete(self.vkey, sk.key)]
+        if not stored or not self.on:  # nothing stored: no need to wait for a pending reference
+            return False
+        for sk in stored:
+            self.finished(sk)
         return self.failed is not None

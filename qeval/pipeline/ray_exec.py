@@ -107,7 +107,27 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
             return
     # its devices: the GPUs Ray gave it (a shared one too, when packed), else its node's CPUs
     keys = [f"{me}/gpu{g}" for g in ray.get_gpu_ids()] or [f"{me}/cpu"]
-    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder), reference=reference)
+    # the baseline's records come from the driver's box once its suites are done: waited for at the first suite
+    pending = (lambda: ray.get(reference.get.remote())) if reference is not None else None
+    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder), reference=pending)
+
+
+class ReferenceBox:
+    """The baseline's records (monitor.Reference), set by the driver once the baseline's suites are all
+    stored; a variant's task, made and served meanwhile, waits on `get` (an async actor: many wait at once)."""
+
+    def __init__(self):
+        import asyncio
+
+        self._ready, self._reference = asyncio.Event(), None
+
+    async def set(self, reference) -> None:
+        self._reference = reference
+        self._ready.set()
+
+    async def get(self):
+        await self._ready.wait()
+        return self._reference
 
 
 def _guard(ray, book, keys: list[str], holder: str):
@@ -241,13 +261,19 @@ class RayExecutor:
         # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         book = ray.remote(num_cpus=0)(LeaseBook).options(scheduling_strategy=here).remote()
+        # gates that look while a variant runs pair with the baseline's records: they go through this box
+        looks = any(p.gates is not None for p in plans[1:])
+        box = ray.remote(num_cpus=0)(ReferenceBox).options(scheduling_strategy=here).remote() if looks else None
         try:
-            yield from self._follow(ray, task, book, plans, demands, workspace, sink, reporter)
+            yield from self._follow(ray, task, book, box, plans, demands, workspace, sink, reporter)
         finally:
             _write_leases(workspace, ray.get(book.history.remote()))
             ray.kill(book)
+            if box is not None:
+                ray.kill(box)
 
-    def _follow(self, ray, task, book, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+    def _follow(self, ray, task, book, box, plans, demands, workspace: Path, sink,
+                reporter) -> Iterator["VariantOutcome"]:
         from .monitor import Reference
         from .remote import Begin, Complete, Done, Files, Log, Put, Stage, shipped_files, unpack
 
@@ -256,17 +282,19 @@ class RayExecutor:
         attempt: dict[str, int] = {}
         gens: dict[str, Any] = {}
         node: dict[str, str] = {}
-        # gates that look while a variant runs pair with the baseline's records: the baseline goes first
-        # alone, and the others are submitted with its records once it is done
-        waits = any(p.gates is not None for p in plans[1:])
-        reference: dict[str, Reference | None] = {"records": None}
+        # all are submitted at once; a variant whose gates look waits, at its first suite, for the baseline's
+        # records, put in the box as soon as the baseline's suites are stored (before its probe)
+        base = plans[0]
+        boxed: set[str] = set()
+
+        def give_reference(vkey: str | None) -> None:
+            if box is not None and not boxed:
+                boxed.add(base.name)
+                box.set.remote(Reference.read(sink, vkey, base) if vkey else None)
 
         def settled(name: str, outcome: "VariantOutcome") -> "VariantOutcome":
-            if waits and name == plans[0].name:
-                if outcome.status == "ok":
-                    reference["records"] = Reference.read(sink, outcome.key, plans[0])
-                for p in plans[1:]:
-                    submit(p)
+            if name == base.name:  # whatever happened to it (a failed baseline: the variants look at nothing)
+                give_reference(outcome.key if outcome.status == "ok" else None)
             return outcome
 
         def submit(p: "VariantPlan") -> None:
@@ -277,12 +305,12 @@ class RayExecutor:
                                resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
                 p, sink.stored(p.name, with_records=p.gates is not None and p.role == "variant"),
                 shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
-                f"{p.name}#{attempt[p.name]}", reference["records"] if p.role == "variant" else None)
+                f"{p.name}#{attempt[p.name]}", box if p.role == "variant" and p.gates is not None else None)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
 
-        for p in plans[:1] if waits else plans:
+        for p in plans:
             submit(p)
         left = set(by_name)
         t0 = time.monotonic()
@@ -311,6 +339,8 @@ class RayExecutor:
                 sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
             elif isinstance(msg, Complete):
                 sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
+                if name == base.name and all(sink.is_complete(msg.vkey, k.key) for k in base.suites.suite_keys()):
+                    give_reference(msg.vkey)
             elif isinstance(msg, Files):
                 unpack(msg.files, workspace)
             elif isinstance(msg, Done):
@@ -344,7 +374,7 @@ class RayExecutor:
         for name in sorted(left - set(node)):
             if by_name[name].role != "variant":
                 continue
-            if name in gens:  # else never submitted (waiting for the baseline)
+            if name in gens:
                 ray.cancel(gens[name], force=True)
             left.discard(name)
             attempt[name] = -1

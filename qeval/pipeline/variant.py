@@ -23,7 +23,7 @@ from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..store import Record
 from .leases import Guard, unguarded
-from .monitor import Monitor, Reference, lmeval_cuts
+from .monitor import Monitor, Pending, Reference, lmeval_cuts
 from .plan import UNQUANTIZED, SuiteKey, VariantPlan, variant_key
 from .sink import RecordSink
 
@@ -91,7 +91,7 @@ class _Run:
     """The state of one variant's run; only `run_variant` makes one."""
 
     def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
-                 guard: Guard = unguarded, reference: Reference | None = None):
+                 guard: Guard = unguarded, reference: Reference | Pending | None = None):
         self.plan, self.ws, self.sink, self.reporter, self.guard = plan, workspace, sink, reporter, guard
         self.reference = reference
         self.monitor: Monitor | None = None  # once the variant's key is known
@@ -193,6 +193,8 @@ class _Run:
             self.facts["startup_seconds"] = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
             self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {self.facts['startup_seconds']:.0f} s at {endpoint.base_url}")
+            # a pending baseline is waited for holding no lease: its probe needs the device alone
+            self.monitor.wait_for_reference()
             with self.guard("shared"):
                 self._suites(engine, endpoint, vkey)
             # latency is measured with the devices alone: other variants' work there waits meanwhile
@@ -382,10 +384,11 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
 
 
 def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
-                guard: Guard = unguarded, reference: Reference | None = None) -> VariantOutcome:
+                guard: Guard = unguarded, reference: Reference | Pending | None = None) -> VariantOutcome:
     """Make, serve and evaluate one variant; its faults are its outcome (status "error"), never raised.
     An interrupt (KeyboardInterrupt) stops its engines and goes on up: the driver records what finished.
-    `reference`: the baseline's records, which sequential gates and stop_variant_on_fail look at."""
+    `reference`: the baseline's records, which sequential gates and stop_variant_on_fail look at (or a
+    callable that waits for them, called at the first suite that needs them)."""
     r = _Run(plan, workspace, sink, reporter, guard, reference)
     v = plan.variant
     try:
