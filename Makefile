@@ -52,7 +52,7 @@ actionlint:
 	@bash scripts/install-actionlint.sh $(ACTIONLINT)
 
 test: setup browser actionlint
-	$(VENV)/bin/pytest -q -rs tests
+	$(VENV)/bin/pytest -q -rs --durations=25 tests  # the 25 slowest, for CI logs: where the time goes
 
 test-fast: $(VENV)/.stamp actionlint
 	$(VENV)/bin/pytest -q -m "not slow" tests
