@@ -112,18 +112,16 @@ class ServerProcess:
 
     def wait(self) -> int:
         """Wait for it to exit; an exception meanwhile (Ctrl-C, SIGTERM) ends its whole group first."""
-        try:
-            rc = self.proc.wait()
-        except BaseException:
-            self.terminate(grace_s=INTERRUPT_GRACE_S)
-            raise
-        self.terminate(grace_s=0)  # what it left in its group, and its guardian
-        return rc
+        return self._life(start=False)
 
     def run(self) -> int:
         """spawn, then wait: a tool worker's whole life, with no moment where an interrupt leaves it running."""
+        return self._life(start=True)
+
+    def _life(self, start: bool) -> int:
         try:
-            self.spawn()
+            if start:
+                self.spawn()
             rc = self.proc.wait()
         except BaseException:
             self.terminate(grace_s=INTERRUPT_GRACE_S)
