@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .record_models import BaselineDistribution, Distribution, Grid, Probe
+from .record_models import BaselineDistribution, Distribution, Grid, Probe, SuiteFlips
 from .record_models import RecordModel as _Model
 
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
@@ -57,6 +57,7 @@ class VariantResult(_Model):
     error: str | None = None
     suites: list[SuiteSummary] = []
     distribution: dict[str, Distribution | BaselineDistribution] = {}  # per logprobs suite: perplexity, KL, top-1
+    flips: dict[str, SuiteFlips] = {}  # per suite: the items whose 0/1 result changed (qeval/flips.py)
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs

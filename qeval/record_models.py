@@ -144,3 +144,29 @@ class BaselineDistribution(RecordModel):
 
     perplexity: Figure
     chunks: int
+
+
+class FlipRow(RecordModel):
+    """One item whose result changed (or, for a logprobs suite, one of the chunks with the largest KL)."""
+
+    item_id: str
+    direction: Literal["lost", "gained", "kl"]  # lost: baseline right, variant wrong; gained: the reverse
+    sample: int = 0
+    base_score: float | None = None
+    variant_score: float | None = None
+    base_response: str | None = None  # cut to FLIP_TEXT characters in the record; whole in flips.parquet
+    variant_response: str | None = None
+    target: str | None = None
+    kl: float | None = None
+    top1: float | None = None
+
+
+class SuiteFlips(RecordModel):
+    """A (variant, suite)'s flipped items: counts both ways and the first few of each, for the report."""
+
+    metric: str
+    kind: Literal["items", "chunks"] = "items"
+    n: int  # paired items (or chunks)
+    lost: int = 0
+    gained: int = 0
+    rows: list[FlipRow] = []

@@ -126,7 +126,7 @@ class Campaign:
                 if vp.name not in listed:
                     self._place(record, not_reached(vp, "not evaluated: the run was interrupted before it; "
                                                         + STILL_TO_RESUME))
-            compare_and_gate(self.cfg, record, store, keys, plans[0].suites)
+            self._judge(record, store, keys, plans[0].suites)
             record.save(self.record_path)
             raise
 
@@ -185,11 +185,19 @@ class Campaign:
                         keys[out.name] = out.key
                     self._place(record, self._result(by_name[out.name], out, store, facts))
                     record.save(self.record_path)
-            compare_and_gate(cfg, record, store, keys, p)
+            self._judge(record, store, keys, p)
         if not any(v.status == "skipped" for v in record.variants):  # else unfinished: a rerun resumes it
             record.finished_at = _now()
         record.save(self.record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=self.record_path)
+
+    def _judge(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p) -> None:
+        """Compare and gate into the record; every flipped item into flips.parquet beside it."""
+        from ..flips import table, write_parquet
+
+        flipped = compare_and_gate(self.cfg, record, store, keys, p)
+        if flipped:
+            write_parquet(table(flipped), self.run_dir / "flips.parquet")
 
     def _unselected(self, vp: VariantPlan, earlier: dict | None, store: ResultsStore,
                     keys: dict[str, str]) -> VariantResult:
@@ -247,7 +255,7 @@ class Campaign:
                 if r.status == "partial":
                     describe_partial(store, r, by_name[r.name], self.run_dir)
             keys = {v.name: v.key for v in record.variants if v.status in ("ok", "partial") and v.key}
-            compare_and_gate(self.cfg, record, store, keys, p)
+            self._judge(record, store, keys, p)
         record.save(self.record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=self.record_path)
 

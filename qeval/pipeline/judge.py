@@ -102,8 +102,10 @@ def chunk_comparisons(policy: GatePolicy, seed: int, name: str, lp, base_recs: l
 
 
 def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]],
-                 name: str, vkey: str, p: Plan, complete_only: bool = False, sequential: dict | None = None) -> list:
+                 name: str, vkey: str, p: Plan, complete_only: bool = False, sequential: dict | None = None,
+                 flipped: dict | None = None) -> list:
     """The logprobs suites' comparisons (chunk_comparisons), plus a per-token summary in the record."""
+    from ..flips import chunk_flips
     from ..stats.distribution import summarize as summarize_positions
     from ..suites.logprobs import compare_chunks, perplexity
 
@@ -117,6 +119,10 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
         if not base_recs or not cand_recs:
             continue
         cc = compare_chunks(base_recs, cand_recs)
+        if cc.ids:
+            res.flips[lp.suite], rows = chunk_flips(cc.ids, cc.kl, cc.top1 if cc.alternatives else None)
+            if flipped is not None:
+                flipped[(name, lp.suite)] = rows
         summ = summarize_positions(cc.positions)
         figures = {**summ.__dict__, "perplexity": perplexity(cand_recs),
                    "mismatched_chunks": len(cc.mismatched), "chunks": len(cc.ids),
@@ -136,10 +142,14 @@ def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, ba
 
 
 def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str],
-                     p: Plan) -> None:
-    """Every variant with a key against the baseline, gated; verdicts into the record."""
+                     p: Plan) -> dict[tuple[str, str], list]:
+    """Every variant with a key against the baseline, gated; verdicts and the first flipped items into the
+    record. Returns every flipped row per (variant, suite), for flips.parquet."""
     from ..compare import adjust_all
+    from ..flips import item_flips
     from ..gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
+
+    flipped: dict[tuple[str, str], list] = {}
 
     partial = {r.name for r in record.variants if r.status == "partial"}
     base_key = keys.get(cfg.baseline.name) if cfg.baseline.name not in partial else None
@@ -155,12 +165,16 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
             for sk in p.suite_keys():
                 if v.name in partial and not store.is_complete(keys[v.name], sk.key):
                     continue
-                comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, v.name, sk, base_records[sk.key],
-                                                  store.records(keys[v.name], sk.key))
+                cand = store.records(keys[v.name], sk.key)
+                comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, v.name, sk, base_records[sk.key], cand)
                 comparisons += comps
                 sequential.update(seq)
+                res = next((r for r in record.variants if r.name == v.name), None)
+                metric = _flip_metric(sk, base_records[sk.key])
+                if res is not None and metric is not None and cand:
+                    res.flips[sk.suite], flipped[(v.name, sk.suite)] = item_flips(metric, base_records[sk.key], cand)
             comparisons += distribution(cfg, record, store, base_records, v.name, keys[v.name], p,
-                                        complete_only=v.name in partial, sequential=sequential)
+                                        complete_only=v.name in partial, sequential=sequential, flipped=flipped)
             res = next((r for r in record.variants if r.name == v.name), None)
             for suite, why in (res.not_run if res is not None else {}).items():
                 sk = next(k for k in p.suite_keys() if k.suite == suite)
@@ -181,6 +195,16 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
         evaluated = base_key is not None and v.name in keys and v.name not in partial
         record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
     record.verdict = overall_verdict(record.verdicts)
+    return flipped
+
+
+def _flip_metric(sk: SuiteKey, base: list[Record]) -> str | None:
+    """The suite's primary metric where it is declared 0/1: the one whose flips a reviewer reads."""
+    if sk.suite.startswith("logprobs/") or not base:
+        return None
+    metric = sk.primary or sorted(base[0].scores)[0]
+    spec = sk.metrics.get(metric)
+    return metric if spec is not None and spec.binary else None
 
 
 def _planned(res: VariantResult | None, sequential: dict, name: str) -> None:

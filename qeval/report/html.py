@@ -4,6 +4,7 @@ table it illustrates, verdicts in colour with a shape and a word (so they surviv
 from __future__ import annotations
 
 import base64
+from html import escape
 from pathlib import Path
 
 import jinja2
@@ -26,6 +27,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .v-PASS { background: #c8f0c8; } .v-FAIL { background: #f7c4c4; } .v-INCONCLUSIVE, .v-WARN { background: #fbe7a6; }
 .v-NOT_EVALUATED { background: #ddd; } .v-baseline { background: #fff; }
 .v-NOT_RUN { background: #f2f2f2; border-style: dashed; }  /* skipped, neither passed nor failed */
+details.flips { margin: 0.3em 0 0.3em 1em; } details.flips code { white-space: pre-wrap; font-size: 0.9em; }
 @media print { body { margin: 0; } figure, tr { break-inside: avoid; }
   .badge, .verdict { -webkit-print-color-adjust: exact; print-color-adjust: exact; } }  /* `qeval report --pdf` */
 </style></head><body>
@@ -65,6 +67,38 @@ class HtmlLook:
         # blank lines around it: Python-Markdown keeps a block of raw HTML as it is
         return (f'\n<figure id="figure-{name}"><img alt="{title}" src="data:image/png;base64,'
                 f'{base64.b64encode(png).decode()}">\n<figcaption>{title}</figcaption></figure>\n')
+
+
+    def flips(self, variant: str, suite: str, f) -> str:
+        """Collapsible, one block per direction (open the one to read); the whole table is flips.parquet."""
+        head = escape(report_md.flip_heading(variant, suite, f))
+        if not f.rows:
+            return f'\n<p class="flips">{head}: nothing flipped</p>\n'
+        if f.kind == "chunks":
+            body = "".join(f"<tr><td>{escape(r.item_id)}</td><td>{report_md._fmt(r.kl, '.4f')}</td>"
+                           f"<td>{report_md._fmt(r.top1, '.3f')}</td></tr>" for r in f.rows)
+            return (f'\n<details class="flips" data-variant="{escape(variant)}" data-suite="{escape(suite)}" '
+                    f'data-direction="kl"><summary>{head}</summary><table><tr><th>chunk</th><th>KL</th>'
+                    f'<th>top-1 agreement</th></tr>{body}</table></details>\n')
+        blocks = []
+        for direction, count, what in (("lost", f.lost, "baseline right, variant wrong"),
+                                       ("gained", f.gained, "baseline wrong, variant right")):
+            rows = [r for r in f.rows if r.direction == direction]
+            if not rows:
+                continue
+            body = "".join(f"<tr><td>{escape(r.item_id)}</td><td>{_pre(r.target)}</td><td>{_pre(r.base_response)}</td>"
+                           f"<td>{_pre(r.variant_response)}</td></tr>" for r in rows)
+            blocks.append(
+                f'<details class="flips" data-variant="{escape(variant)}" data-suite="{escape(suite)}" '
+                f'data-direction="{direction}"><summary>{direction}: {count} ({what}); the first {len(rows)}</summary>'
+                f'<table><tr><th>item</th><th>reference</th><th>baseline\'s answer</th><th>variant\'s answer</th></tr>'
+                f'{body}</table></details>')
+        return (f'\n<div class="flip-suite"><p><strong>{head}</strong> (all: <a href="flips.parquet">flips.parquet</a>)'
+                f'</p>{"".join(blocks)}</div>\n')
+
+
+def _pre(text: str | None) -> str:
+    return "-" if text is None else f"<code>{escape(text)}</code>"
 
 
 def render(r: RunRecord) -> str:

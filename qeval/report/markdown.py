@@ -9,7 +9,8 @@ from typing import Protocol
 import jinja2
 
 from ..record import GateResult, RunRecord
-from ..record_models import Grid, GridCell, ProbeStep
+from ..record_models import Grid, GridCell, ProbeStep, SuiteFlips
+from ..flips import KEEP
 from ..savings import savings, short_method, stopped_at
 
 TEMPLATE = """\
@@ -84,6 +85,17 @@ Items in groups (cluster-robust interval); how each planned MDE counts them:
 {%- endfor %}
 {% endif %}
 {% else %}No quality comparison: this campaign ran no suite (speed and memory only).
+{% endif %}
+{% if flipped %}
+## Flipped items
+
+What changed, item by item: for a suite's 0/1 primary metric, "lost" items the baseline got right and the
+variant wrong, "gained" the reverse (McNemar's b and c above); for a logprobs suite, the chunks with the
+largest KL. The first {{ keep }} of each here; all of them in `flips.parquet` beside this report and in each
+variant's MLflow run (`flips.json`).
+{% for v in r.variants if v.flips %}{% for suite, fl in v.flips.items() %}
+{{ look.flips(v.name, suite, fl) }}
+{% endfor %}{% endfor %}
 {% endif %}
 {% if dist %}
 ## Next-token distributions
@@ -232,6 +244,30 @@ class Look(Protocol):
 
     def figure(self, name: str, variant=None) -> str: ...
 
+    def flips(self, variant: str, suite: str, f: SuiteFlips) -> str: ...
+
+
+def flip_heading(variant: str, suite: str, f: SuiteFlips) -> str:
+    if f.kind == "chunks":
+        return f"{variant}, {suite}: the {len(f.rows)} of {f.n} chunks with the largest KL"
+    rate = f" ({100 * (f.lost + f.gained) / f.n:.1f}% flipped)" if f.n else ""
+    return f"{variant}, {suite} ({f.metric}): {f.lost} lost, {f.gained} gained of {f.n}{rate}"
+
+
+def _cell(text: str | None) -> str:
+    """A response in one Markdown table cell: one line, no column breaks."""
+    return "-" if text is None else text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " \u21b5 ")
+
+
+def flip_table(f: SuiteFlips) -> str:
+    if f.kind == "chunks":
+        rows = [f"| {r.item_id} | {_fmt(r.kl, '.4f')} | {_fmt(r.top1, '.3f')} |" for r in f.rows]
+        return "\n".join(["| chunk | KL | top-1 agreement |", "| --- | --- | --- |", *rows])
+    rows = [f"| {r.item_id} | {r.direction} | {_cell(r.target)} | {_cell(r.base_response)} | {_cell(r.variant_response)} |"
+            for r in f.rows]
+    return "\n".join(["| item | direction | reference | baseline's answer | variant's answer |",
+                      "| --- | --- | --- | --- | --- |", *rows])
+
 
 class MarkdownLook:
     def overall(self, verdict: str) -> str:
@@ -243,6 +279,9 @@ class MarkdownLook:
 
     def figure(self, name: str, variant=None) -> str:
         return ""  # the figures are in report.html (and MLflow's plots/); grid-<variant>.png lies beside the report
+
+    def flips(self, variant: str, suite: str, f: SuiteFlips) -> str:
+        return f"**{flip_heading(variant, suite, f)}**\n\n" + (flip_table(f) if f.rows else "nothing flipped")
 
 
 def not_evaluated(r: RunRecord) -> list[str]:
@@ -346,6 +385,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
 
     return _compiled(template).render(
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
+        flipped=any(v.flips for v in r.variants), keep=KEEP,
         saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),

@@ -180,6 +180,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     _upsert(client, parent, params, tags, {}, [])
     now = int(time.time() * 1000)
     children: dict[str, str] = {}
+    flips_path = run_dir / "flips.parquet"
+    flips = pd.read_parquet(flips_path) if flips_path.exists() else None
     with ResultsStore(run_dir / "results.sqlite") as store, tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
             child = kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
@@ -200,12 +202,16 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                 table = Path(tmp) / f"items-{v.name}.parquet"
                 items_table(store, record, v.name).to_parquet(table)
                 client.log_artifact(cid, str(table), "items")
+            # MLflow's table view (the UI shows it as a table); log_table appends to an existing file: once a run
+            if v.flips and flips is not None and "flips.json" not in {a.path for a in client.list_artifacts(cid)}:
+                mine = flips[flips.variant == v.name].drop(columns=["variant"])
+                client.log_table(cid, mine.reset_index(drop=True), "flips.json")
             if v.probe_requests and Path(v.probe_requests).exists():
                 client.log_artifact(cid, v.probe_requests, "latency")
             if v.grid:
                 _log_grid(client, cid, v, run_dir, Path(tmp))
             client.set_terminated(cid, "FINISHED" if v.status == "ok" else "FAILED")
-    for f in ("run.json", "report.md", "report.html", "summary.md", "junit.xml"):  # the same paths: overwritten
+    for f in ("run.json", "report.md", "report.html", "summary.md", "junit.xml", "flips.parquet"):  # overwritten
         if (run_dir / f).exists():
             client.log_artifact(pid, str(run_dir / f))
     with tempfile.TemporaryDirectory() as tmp:  # the report's figures as files, for the UI's artifact view
