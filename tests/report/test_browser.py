@@ -180,11 +180,18 @@ def test_mlflow_ui_shows_the_campaign(chromium, campaign, mlflow_url):
     for name in ("bf16", "w4-good", "w4-bad", "delta/custom/capitals/contains", "checkpoint_hash"):
         assert name in page, f"{name!r} not in the compare view"
 
+    # the flip explorer's table, as MLflow's artifact view shows a logged table (flips.json of w4-bad's run)
+    bad = next(k for k in kids if k.info.run_name == "w4-bad")
+    flips_view = f"{mlflow_url}/#/experiments/{exp_id}/runs/{bad.info.run_id}/artifacts/flips.json"
+    page = dom(flips_view)
+    lost = [r.item_id for r in next(v for v in rec.variants if v.name == "w4-bad").flips["custom/capitals"].rows]
+    assert "flips.json" in page and "direction" in page and lost[0] in page, "the flips table did not render"
+
     models = dom(f"{mlflow_url}/#/models/{MODEL}")
     assert MODEL in models and "Version 1" in models
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for shot, url in (("mlflow-runs.png", runs),
+    for shot, url in (("mlflow-runs.png", runs), ("mlflow-flips.png", flips_view),
                       ("mlflow-compare.png", compare), ("mlflow-registry.png", f"{mlflow_url}/#/models/{MODEL}")):
         assert_real_png(screenshot(url, ARTIFACTS / shot))
     print(f"\nscreenshots: {ARTIFACTS}")
@@ -204,9 +211,17 @@ def test_html_report_in_chromium(chromium, campaign, tmp_path):
     assert page.count('src="data:image/png;base64,') >= 2  # forest plot and trade-off, inline
     # read as a sign-off: title, verdicts, recommendation, what was not evaluated, then the gates and their plot
     marks = ("<h1>", 'id="verdict"', "<th>verdict</th>", "Recommended: w4-good", "w8-down was not evaluated",
-             "<h2>Gates</h2>", 'id="figure-forest"', "<h2>Every comparison</h2>")
+             "<h2>Gates</h2>", 'id="figure-forest"', "<h2>Every comparison</h2>", "<h2>Flipped items</h2>")
     at = [page.index(m) for m in marks]
     assert at == sorted(at), list(zip(marks, at))
+    # the flip explorer: w4-bad lost 15 of the baseline's right answers; the first 10 are listed, collapsed
+    flips = next(v for v in rec.variants if v.name == "w4-bad").flips["custom/capitals"]
+    assert (flips.lost, flips.gained) == (15, 0)
+    assert "w4-bad, custom/capitals (contains): 15 lost, 0 gained of 53" in page
+    block = page.split('data-variant="w4-bad" data-suite="custom/capitals" data-direction="lost"', 1)[1]
+    block = block.split("</details>", 1)[0]
+    assert [m for m in re.findall(r"<tr><td>([^<]+)</td>", block)] == [r.item_id for r in flips.rows]
+    assert len(flips.rows) == 10 and 'href="flips.parquet"' in page and (run_dir / "flips.parquet").is_file()
 
     probe = tmp_path / "report-probe.html"  # a copy, so the report itself stays script-free
     probe.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
