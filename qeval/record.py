@@ -38,6 +38,8 @@ class VariantResult(_Model):
     checkpoint_hash: str | None = None
     weights_bytes: int | None = None
     recipe: dict[str, Any] = {}
+    # the checkpoint's own quantization_config, read (qeval/quantize/describe.py): format, scheme, bits, group size
+    scheme: dict[str, str] = {}
     quantize_seconds: float | None = None
     dtype: str | None = None  # what it was quantized and served in (None: an external endpoint's own)
     dtype_reason: str | None = None  # why: set by the campaign, or what `auto` found on this machine

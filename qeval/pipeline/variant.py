@@ -21,6 +21,7 @@ from ..hashing import stable_hash, tree_hash
 from ..progress import Reporter
 from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
+from ..quantize.describe import describe_checkpoint
 from ..store import Record
 from .leases import Guard, unguarded
 from .monitor import Monitor, Pending, Reference, lmeval_cuts
@@ -41,6 +42,7 @@ class VariantOutcome:
     checkpoint_hash: str | None = None
     weights_bytes: int | None = None
     recipe: dict[str, Any] = field(default_factory=dict)
+    scheme: dict[str, str] = field(default_factory=dict)  # what the checkpoint's config declares (describe.py)
     quantize_seconds: float | None = None  # None: the checkpoint was there already
     dtype: str | None = None
     dtype_reason: str | None = None
@@ -344,6 +346,8 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     v, facts = plan.variant, {}
     # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
     if v.method == "external" or v.checkpoint is not None:
+        if v.checkpoint is not None:  # a team's own checkpoint: described by its config, as qeval's are
+            facts["scheme"] = describe_checkpoint(v.checkpoint)
         return v.checkpoint, facts
     base = plan.suites.base_checkpoint
     if v.method in UNQUANTIZED:
@@ -354,12 +358,14 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     out = plan.settings.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
     facts["recipe"] = q.spec(base, v)
     if (out / "config.json").is_file():
+        facts["scheme"] = describe_checkpoint(out)
         return out, facts
     log = workspace / plan.logs / f"quantize-{v.name}.log"
     t0 = time.monotonic()
     with reporter.step(f"[{v.name}] quantizing ({v.method}, {q.name}; log {log})"):
         ckpt = q.quantize(base, v, out, log)
     facts["quantize_seconds"] = round(time.monotonic() - t0, 1)
+    facts["scheme"] = describe_checkpoint(ckpt)
     return ckpt, facts
 
 

@@ -207,7 +207,7 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 - {{ k }}: {{ val }}
 {% endfor %}
 {% for v in r.variants -%}
-- {{ v.name }}: checkpoint `{{ v.checkpoint }}` (sha256 prefix `{{ (v.checkpoint_hash or "-")[:16] }}`){% if v.recipe %}, recipe {{ v.recipe }}{% endif %}{% if v.quantize_seconds %}, made in {{ v.quantize_seconds }} s{% endif %}{% if v.dtype %}; {{ v.dtype }} ({{ v.dtype_reason }}){% endif %}
+- {{ v.name }}: checkpoint `{{ v.checkpoint }}` (sha256 prefix `{{ (v.checkpoint_hash or "-")[:16] }}`){% if v.recipe %}, recipe {{ v.recipe }}{% endif %}{% if v.scheme %}; its config declares {{ v.scheme.get("scheme", "") }} ({% for k, x in v.scheme.items() if k != "scheme" %}{{ k }} {{ x }}{{ ", " if not loop.last }}{% endfor %}){% endif %}{% if v.quantize_seconds %}, made in {{ v.quantize_seconds }} s{% endif %}{% if v.dtype %}; {{ v.dtype }} ({{ v.dtype_reason }}){% endif %}
 {% endfor %}
 """
 
