@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SAPPHIRE = ("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq "
             "avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8\n")
 EPYC = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n"
+# the third kind (2026-12-02): Zen 4, AVX-512 with BF16, no AMX
+ZEN4 = ("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 "
+        "avx512vl\n")
 
 
 def cpu(text: str, tmp_path: Path) -> CpuInfo:
@@ -107,3 +110,19 @@ def test_a_misspelled_dtype_names_the_file_and_line(tmp_path):
         "  builtin: smollm2-135m-instruct", "  builtin: smollm2-135m-instruct\n  dtype: fp32"))
     with pytest.raises(ConfigError, match=r"c\.yaml:line 6: model\.dtype"):
         load_config(f)
+
+
+def test_cpu_results_are_keyed_by_the_kernel_family_not_the_model_name(tmp_path):
+    """The same bf16 checkpoint scored differently on AMX and AVX512-BF16 machines: their records live
+    under other keys; two machines of one family (another model name) share them; a GPU's keys ignore the CPU."""
+    kinds = {n: cpu(t, tmp_path) for n, t in (("amx", SAPPHIRE), ("zen4", ZEN4), ("avx2", EPYC))}
+    assert {n: c.kernels() for n, c in kinds.items()} == {"amx": "amx", "zen4": "avx512_bf16", "avx2": "avx2"}
+    assert all(c.native_bf16 for n, c in kinds.items() if n != "avx2")
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    keys = {n: Campaign(cfg, Settings(cache=tmp_path, cpu=c)).variant_key(cfg.baseline, "h") for n, c in kinds.items()}
+    assert len(set(keys.values())) == 3
+    other_name = CpuInfo(model="Intel(R) Xeon(R) Platinum 8481C", flags=kinds["amx"].flags)
+    assert Campaign(cfg, Settings(cache=tmp_path, cpu=other_name)).variant_key(cfg.baseline, "h") == keys["amx"]
+    gpu = load_config(ROOT / "configs" / "gpu-smollm2.yaml")
+    assert len({Campaign(gpu, Settings(cache=tmp_path, cpu=c)).variant_key(gpu.baseline, "h")
+                for c in kinds.values()}) == 1

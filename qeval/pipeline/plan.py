@@ -140,6 +140,8 @@ def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint
     # GPU kernels reduce in another order across tensor-parallel ranks: a different result
     key |= {"tp": tp} if (tp := getattr(spec, "tensor_parallel_size", 1)) > 1 else {}
     key |= {"device": spec.device} if spec.device != "cpu" else {}
+    # a server started here on the CPU computes with this CPU's kernels (hardware.py: results differ by family)
+    key |= {"cpu": settings.cpu.kernels()} if getattr(spec, "device", None) == "cpu" else {}
     return "ckpt:" + stable_hash(key)
 
 
