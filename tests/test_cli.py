@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# `qeval plan` reads the embedded model and the BIG-bench data that `make setup` builds: not in `make test-fast`
+NEEDS_SETUP = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -61,6 +64,7 @@ def test_missing_config_file(tmp_path):
     assert r.returncode == 2 and "nope.yaml: file not found" in r.stderr
 
 
+@NEEDS_SETUP
 def test_plan_reports_n_and_mde_per_suite():
     import json
 
@@ -73,6 +77,7 @@ def test_plan_reports_n_and_mde_per_suite():
     assert gk["mde_assumed"] < gk["mde_worst_case"] and gk["supports_margin"] is True
 
 
+@NEEDS_SETUP
 def test_plan_counts_groups_when_the_policy_assumes_their_correlation(tmp_path):
     """60 items in 12 groups of 5: with planning_icc 0.5 (design effect 3) the plan's MDE and n needed
     grow as the gate's will after the run."""

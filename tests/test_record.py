@@ -64,15 +64,17 @@ def test_a_committed_record_loads_renders_and_round_trips(path):
     assert rec.schema_version <= SCHEMA_VERSION and rec.variants
     assert all(v.reused == {} for v in rec.variants)  # a field it predates: its default
     probed = [v for v in rec.variants if v.probe]
-    assert probed and all(isinstance(v.probe, Probe) for v in probed)
+    probe_on = (rec.config.get("probe") or {}).get("enabled", True)  # a campaign may leave the probe off
+    assert bool(probed) == probe_on and all(isinstance(v.probe, Probe) for v in probed)
     for v in rec.variants:
         want = BaselineDistribution if v.role == "baseline" else Distribution
         assert all(type(d) is want for d in v.distribution.values())
     md = markdown.render(rec)
-    assert rec.campaign in md and rec.verdict in md and "## Performance" in md
+    assert rec.campaign in md and rec.verdict in md and ("## Performance" in md) == probe_on
     assert ("## Next-token distributions" in md) == any(v.distribution for v in rec.variants)
     page = html.render(rec)
-    assert f"<strong>{rec.verdict}</strong>" in page and "Latency and throughput against concurrency" in page
+    assert f"<strong>{rec.verdict}</strong>" in page
+    assert ("Latency and throughput against concurrency" in page) == probe_on
     for v in rec.variants:  # the metrics MLflow would get, by the names it would get them under
         m = variant_metrics(rec, v.name)
         assert _names_mlflow_takes(m)
