@@ -17,6 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt here, as in a terminal: a test runner started in the background by a
+    shell without job control inherits SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def interrupted_popen(monkeypatch):
     """Popen that forks its child, then is hit by SIGINT before it returns (as a Ctrl-C can land), keeping

@@ -24,7 +24,10 @@ class BarrierQuantizer(WorkerQuantizer):
 
 # one campaign process: quantize into the shared `out`, print where the checkpoint is
 DRIVER = """
-import sys
+import signal, sys
+# Ctrl-C as in a terminal, whatever the test runner's own: one started in the background by a shell without
+# job control has SIGINT ignored, and this child would inherit that (qeval's CLI installs its own handler)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from qeval.config import VariantSpec
 from qeval.settings import Runtime
