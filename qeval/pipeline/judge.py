@@ -162,6 +162,7 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
         for v in cfg.variants:
             if v.name not in keys:
                 continue
+            res = next((r for r in record.variants if r.name == v.name), None)
             for sk in p.suite_keys():
                 if v.name in partial and not store.is_complete(keys[v.name], sk.key):
                     continue
@@ -169,13 +170,11 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
                 comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, v.name, sk, base_records[sk.key], cand)
                 comparisons += comps
                 sequential.update(seq)
-                res = next((r for r in record.variants if r.name == v.name), None)
                 metric = _flip_metric(sk, base_records[sk.key])
                 if res is not None and metric is not None and cand:
                     res.flips[sk.suite], flipped[(v.name, sk.suite)] = item_flips(metric, base_records[sk.key], cand)
             comparisons += distribution(cfg, record, store, base_records, v.name, keys[v.name], p,
                                         complete_only=v.name in partial, sequential=sequential, flipped=flipped)
-            res = next((r for r in record.variants if r.name == v.name), None)
             for suite, why in (res.not_run if res is not None else {}).items():
                 sk = next(k for k in p.suite_keys() if k.suite == suite)
                 base_metrics = sorted(base_records[sk.key][0].scores) if base_records[sk.key] else []

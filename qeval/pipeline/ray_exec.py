@@ -285,11 +285,12 @@ class RayExecutor:
         # all are submitted at once; a variant whose gates look waits, at its first suite, for the baseline's
         # records, put in the box as soon as the baseline's suites are stored (before its probe)
         base = plans[0]
-        boxed: set[str] = set()
+        given = False
 
         def give_reference(vkey: str | None) -> None:
-            if box is not None and not boxed:
-                boxed.add(base.name)
+            nonlocal given
+            if box is not None and not given:
+                given = True
                 box.set.remote(Reference.read(sink, vkey, base) if vkey else None)
 
         def settled(name: str, outcome: "VariantOutcome") -> "VariantOutcome":

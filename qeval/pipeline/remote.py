@@ -148,15 +148,13 @@ class StreamReporter:
 
     def __init__(self, emit: Callable[[Message], None], workspace: Path | None = None):
         self.emit, self.workspace = emit, workspace
-        self._sent: dict[str, int] = {}  # log -> its size when last sent
+        self._sent: dict[str, int] = {}  # log -> its size when last sent (shipped_files keeps it)
 
     def _ship_logs(self) -> None:
         if self.workspace is None:
             return
-        logs = shipped_files(self.workspace, ("logs",))
-        new = {rel: data for rel, data in logs.items() if self._sent.get(rel) != len(data)}
+        new = shipped_files(self.workspace, ("logs",), sent=self._sent)  # a log not grown is not read again
         if new:
-            self._sent |= {rel: len(data) for rel, data in new.items()}
             self.emit(Files(new))
 
     def log(self, message: str) -> None:
@@ -182,16 +180,23 @@ def on_node(plan: VariantPlan, settings: Settings) -> VariantPlan:
     return dataclasses.replace(plan, settings=settings, suites=dataclasses.replace(plan.suites, base_checkpoint=base))
 
 
-def shipped_files(workspace: Path, tops: tuple[str, ...] = SHIPPED) -> dict[str, bytes]:
-    """The files under `tops` of a workspace, to write into another (logs cut to their last MAX_SHIPPED_BYTES)."""
+def shipped_files(workspace: Path, tops: tuple[str, ...] = SHIPPED,
+                  sent: dict[str, int] | None = None) -> dict[str, bytes]:
+    """The files under `tops` of a workspace, to write into another (logs cut to their last MAX_SHIPPED_BYTES).
+    `sent`: each file's size when last sent, by relative path: a file still of that size is left out, and the
+    sizes of what is returned are written into it."""
     out: dict[str, bytes] = {}
     for top in tops:
         for p in sorted((workspace / top).rglob("*")):
             if p.is_file():
-                size = p.stat().st_size
+                size, rel = p.stat().st_size, str(p.relative_to(workspace))
+                if sent is not None and sent.get(rel) == size:
+                    continue
                 with p.open("rb") as f:
                     f.seek(max(0, size - MAX_SHIPPED_BYTES))
-                    out[str(p.relative_to(workspace))] = f.read()
+                    out[rel] = f.read()
+                    if sent is not None:
+                        sent[rel] = f.tell()  # where this read ended: what a log grows by later is new
     return out
 
 

@@ -105,6 +105,8 @@ class _Run:
     def checkpoint(self) -> Path | None:
         with self.guard("shared"):
             ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
+        if self.v.method != "external":  # an endpoint's folder is its tokenizer: nothing it serves to describe
+            made["scheme"] = describe_checkpoint(ckpt)  # a team's checkpoint as well as one made here
         self.facts.update(made)
         return ckpt
 
@@ -346,8 +348,6 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     v, facts = plan.variant, {}
     # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
     if v.method == "external" or v.checkpoint is not None:
-        if v.checkpoint is not None:  # a team's own checkpoint: described by its config, as qeval's are
-            facts["scheme"] = describe_checkpoint(v.checkpoint)
         return v.checkpoint, facts
     base = plan.suites.base_checkpoint
     if v.method in UNQUANTIZED:
@@ -358,14 +358,12 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     out = plan.settings.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
     facts["recipe"] = q.spec(base, v)
     if (out / "config.json").is_file():
-        facts["scheme"] = describe_checkpoint(out)
         return out, facts
     log = workspace / plan.logs / f"quantize-{v.name}.log"
     t0 = time.monotonic()
     with reporter.step(f"[{v.name}] quantizing ({v.method}, {q.name}; log {log})"):
         ckpt = q.quantize(base, v, out, log)
     facts["quantize_seconds"] = round(time.monotonic() - t0, 1)
-    facts["scheme"] = describe_checkpoint(ckpt)
     return ckpt, facts
 
 
