@@ -17,6 +17,20 @@ POLL_S = 0.5
 
 
 def group_alive(pgid: int) -> bool:
+    """A member of the group still runs. Zombies do not count: where PID 1 reaps no orphans (a container's
+    init, this project's CI), a dead server stays a zombie for ever and kill(0) would still find it."""
+    if os.path.isdir("/proc"):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()  # after the command name, which may hold spaces
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+        return False
     try:
         os.killpg(pgid, 0)
         return True

@@ -130,3 +130,27 @@ def test_a_stopped_server_leaves_no_guardian(tmp_path):
     guardian = psutil.Process(proc.guardian.pid)
     proc.terminate(grace_s=1)
     assert proc.guardian is None and not wait_gone([guardian], timeout=1)
+
+
+def test_the_guardian_counts_a_group_of_zombies_as_gone():
+    """Where PID 1 reaps no orphans (this CI's init), a dead server stays a zombie; kill(0) still finds it,
+    and a guardian that believed it would wait out its whole grace (CI, 2026-12-02)."""
+    import os
+    import time
+
+    from qeval.engines.guardian import group_alive
+
+    sleeper = subprocess.Popen(SLEEPER, start_new_session=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        assert group_alive(sleeper.pid)
+        deadline = time.monotonic() + 30
+        while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:  # exited, not reaped: a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(dead.pid, 0)  # the kernel still finds it
+        assert not group_alive(dead.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        dead.wait()

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from qeval.engines.process import ORPHAN_GRACE_S
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
@@ -58,7 +59,9 @@ def _run(spawn, cfg: Path, log: Path, kill_at: tuple[str, float] | None) -> int 
     cli.send_signal(signal.SIGKILL)
     cli.wait()
     alive = wait_gone(children, timeout=60)  # servers and workers die with their parent (a zombie is gone)
-    assert not alive and not marked(cli.test_token), describe(alive + marked(cli.test_token))
+    # then each guardian ends what is left of its group and exits (SIGTERM, SIGKILL after its grace)
+    alive += wait_gone(marked(cli.test_token), timeout=ORPHAN_GRACE_S + 5)
+    assert not alive, describe(alive)
     return None
 
 
