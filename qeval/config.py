@@ -17,6 +17,7 @@ from pydantic import (Field, PrivateAttr, SerializeAsAny, ValidationError, Valid
 from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpec, TgiSpec, TrtllmSpec, VllmSpec,
                            merged)
 from .errors import ConfigError
+from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
@@ -131,6 +132,8 @@ class CampaignConfig(Strict):
     probe: ProbeSpec = ProbeSpec()
     grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
+    # the baseline evaluated a second time by a second server under another batch shape (qeval/noise.py)
+    noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
     # config hash is taken over, so that a checkout in another folder is the same campaign
@@ -154,6 +157,8 @@ class CampaignConfig(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+        if self.noise_floor.enabled and (aa := self.baseline.name + NOISE_SUFFIX) in names:
+            raise ValueError(f"noise_floor: its evaluation is named {aa!r}, which a variant already is; rename that one")
         if self.engine.trust_remote_code or any("trust_remote_code" in v.engine for v in self.all_variants()):
             raise ValueError("trust_remote_code belongs to the model it trusts: set model.trust_remote_code")
         if self.engine.dtype or any("dtype" in v.engine for v in self.all_variants()):
@@ -232,6 +237,8 @@ class CampaignConfig(Strict):
         data["engine"] = self.engine.legacy_form()
         if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
             data.pop("grid", None)
+        if not (data.get("noise_floor") or {}).get("enabled"):  # likewise campaigns written before the A/A
+            data.pop("noise_floor", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -117,7 +117,7 @@ def shortfall(g: "GateResult") -> float:
 def candidates(r: "RunRecord") -> list[Candidate]:
     out = []
     for v in r.variants:
-        if v.role == "baseline":
+        if v.role != "variant":  # the baseline, and its A/A (qeval/noise.py)
             continue
         perf = v.perf()
         fails = tuple(Failure(gate=f"{g.suite} / {g.metric}", verdict=g.verdict, reason=g.reason, shortfall=shortfall(g))

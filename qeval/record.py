@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .record_models import BaselineDistribution, Distribution, Grid, Probe, SuiteFlips
+from .record_models import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
 from .record_models import RecordModel as _Model
 
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
@@ -32,7 +32,7 @@ class SuiteSummary(_Model):
 class VariantResult(_Model):
     name: str
     method: str
-    role: Literal["baseline", "variant"]
+    role: Literal["baseline", "variant", "noise"]  # noise: the baseline evaluated again (qeval/noise.py)
     key: str = ""
     checkpoint: str | None = None
     checkpoint_hash: str | None = None
@@ -126,6 +126,17 @@ class Comparison(_Model):
     mde_observed: float | None = None  # the same from this run's paired variance (after the run)
 
 
+class NoiseFloor(_Model):
+    """The A/A evaluation of the baseline (qeval/noise.py): its name, batch shape and figures."""
+
+    variant: str  # the A/A evaluation's name in the record's variants
+    concurrency: int  # its requests in flight
+    baseline_concurrency: dict[str, int] = {}  # each suite's, for the first evaluation
+    figures: list[FloorFigure] = []
+    within: list[FloorNote] = []
+    comparisons: list[Comparison] = []  # the A/A against the baseline: reported, never gated
+
+
 class GateResult(_Model):
     variant: str
     suite: str
@@ -171,6 +182,7 @@ class RunRecord(_Model):
     verdict: GateVerdict = "NOT_EVALUATED"
     multiplicity: str = "holm"
     inconclusive: str = "fail"
+    noise_floor: NoiseFloor | None = None  # the baseline against itself (noise_floor: true)
     tracking: dict[str, str] = {}
 
     def save(self, path: Path) -> None:

@@ -170,3 +170,24 @@ class SuiteFlips(RecordModel):
     lost: int = 0
     gained: int = 0
     rows: list[FlipRow] = []
+
+
+class FloorFigure(RecordModel):
+    """One (suite, metric) of the A/A: how much the baseline disagrees with itself, in the unit variants are read in."""
+
+    suite: str
+    metric: str
+    figure: str  # "flip rate" (0/1 metrics), "mean KL", "top-1 disagreement"
+    value: float
+    n: int
+
+
+class FloorNote(RecordModel):
+    """A variant whose disagreement with the baseline is within the floor on one (suite, metric)."""
+
+    variant: str
+    suite: str
+    metric: str
+    figure: str
+    value: float
+    floor: float

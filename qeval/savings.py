@@ -111,6 +111,6 @@ def _variant(r: "RunRecord", v: "VariantResult", base_n: dict[str, int]) -> Vari
 def savings(r: "RunRecord") -> Savings:
     base = next((v for v in r.variants if v.role == "baseline"), None)
     base_n = {s.suite: s.n for s in (base.suites if base else [])}
-    found = (_variant(r, v, base_n) for v in r.variants if v.role != "baseline")
+    found = (_variant(r, v, base_n) for v in r.variants if v.role == "variant")
     methods = dict.fromkeys(g.sequential for g in r.gates if g.sequential is not None)
     return Savings(tuple(x for x in found if x is not None), tuple(methods))

@@ -66,15 +66,17 @@ def load_answers(paths: list[str]) -> dict[str, tuple[str, str]]:
 class Model:
     """What the fake "knows": its answers and its next-token distributions."""
 
-    def __init__(self, cfg: dict[str, Any]):
-        self.name = cfg.get("model", "fake")
+    def __init__(self, cfg: dict[str, Any], served: str = "fake"):
+        self.name, self.served = cfg.get("model", "fake"), served
         self.answers = load_answers(cfg.get("answers", []))
         self.wrong = set(cfg.get("wrong", []))
         self.wrong_fraction = float(cfg.get("wrong_fraction", 0.0))
+        self.server_noise = float(cfg.get("server_noise", 0.0))
         self.noise = float(cfg.get("logprob_noise", 0.0))
 
     def _wrong(self, item_id: str) -> bool:
-        return item_id in self.wrong or _unit(self.name, "wrong", item_id) < self.wrong_fraction
+        return (item_id in self.wrong or _unit(self.name, "wrong", item_id) < self.wrong_fraction
+                or _unit(self.served, "noise", item_id) < self.server_noise)
 
     def answer(self, text: str, max_tokens: int, temperature: float, seed: int, ignore_eos: bool,
                stop: list[str]) -> tuple[list[str], str]:
@@ -107,6 +109,8 @@ class Model:
             z = 3.0 * _unit("w", context, c) + (1.5 if c == actual else 0.0)
             if self.noise:
                 z += self.noise * (2.0 * _unit(self.name, context, c) - 1.0)
+            if self.server_noise:  # this server's own (see server_noise)
+                z += self.server_noise * (2.0 * _unit(self.served, context, c) - 1.0)
             logits[c] = z
         norm = math.log(sum(math.exp(z) for z in logits.values()) + math.exp(TAIL_LOGIT))
         return {c: z - norm for c, z in logits.items()}
@@ -167,7 +171,7 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.prompt_tokens = self.generation_tokens = 0
-        self.running = 0
+        self.running = self.most_running = 0  # most: requests in flight at once, said when it stops
         self.requests = 0
         self.e2e_sum = self.ttft_sum = 0.0
 
@@ -229,6 +233,7 @@ class Handler(BaseHTTPRequestHandler):
         s.faults.arrive()
         with s.stats.lock:
             s.stats.running += 1
+            s.stats.most_running = max(s.stats.most_running, s.stats.running)
         try:
             self._generate(req, chat=self.path.endswith("chat/completions"))
         finally:
@@ -316,7 +321,7 @@ class FakeServer(ThreadingHTTPServer):
     request_queue_size = 128  # a suite's concurrency plus the watchdog and the scraper, never refused
 
     def __init__(self, host: str, port: int, served: str, cfg: dict[str, Any]):
-        self.served, self.model, self.faults, self.stats = served, Model(cfg), Faults(cfg), Stats()
+        self.served, self.model, self.faults, self.stats = served, Model(cfg, served), Faults(cfg), Stats()
         self.token_delay_s = float(cfg.get("token_delay_s", 0.0))
         super().__init__((host, port), Handler)
 
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         pass
     finally:
-        print(f"fake: stopped after answering {server.faults.answered} requests", flush=True)
+        print(f"fake: stopped after answering {server.faults.answered} requests, at most "
+              f"{server.stats.most_running} at once", flush=True)
         server.server_close()
 
 

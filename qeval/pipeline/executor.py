@@ -75,7 +75,7 @@ class LocalExecutor:
         t0 = time.monotonic()
         reference = None  # the baseline's records, which gates that look while a variant runs pair with
         for p in plans:
-            if p.role == "variant" and self.max_seconds is not None and time.monotonic() - t0 > self.max_seconds:
+            if p.role != "baseline" and self.max_seconds is not None and time.monotonic() - t0 > self.max_seconds:
                 yield budget_spent(p.name, self.max_seconds, reporter)
                 continue
             out = run_variant(p, workspace, sink, reporter, reference=reference)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..config import CampaignConfig, GatePolicy, GateRule
 from ..metrics import UNDECLARED
-from ..record import RunRecord, SuiteSummary, VariantResult
+from ..record import NoiseFloor, RunRecord, SuiteSummary, VariantResult
 from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
 from .plan import Plan, SuiteKey
@@ -156,6 +156,7 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
     comparisons = []
     sequential: dict = {}  # (variant, suite, metric) -> the result of a gate that looked while its suite ran
     not_run: dict[str, dict[str, tuple[str, str]]] = {}
+    base_records: dict[str, list[Record]] = {}
     if base_key is not None:
         # the baseline's records are read once, not once per variant
         base_records = {k.key: store.records(base_key, k.key) for k in p.suite_keys()}
@@ -182,6 +183,7 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
                 not_run.setdefault(v.name, {})[suite] = (metric, why)
             _planned(res, sequential, v.name)
     record.comparisons = adjust_all(comparisons, cfg.gates.correction)
+    record.noise_floor = noise_floor(cfg, record, store, keys, p, base_records, flipped) if base_key else None
     record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
     record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys],
                             sequential, not_run)
@@ -195,6 +197,37 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
         record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
     record.verdict = overall_verdict(record.verdicts)
     return flipped
+
+
+def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan,
+                base_records: dict[str, list[Record]], flipped: dict) -> NoiseFloor | None:
+    """The A/A evaluation against the baseline's (qeval/noise.py): its figures, never gated or corrected with the
+    variants' p-values, and each variant's (suite, metric) that sits within them."""
+    from ..flips import item_flips
+    from ..noise import SUFFIX, floor_figures, within_floor
+    from .plan import suite_concurrency
+
+    name = cfg.baseline.name + SUFFIX
+    res = next((r for r in record.variants if r.name == name), None)
+    if not cfg.noise_floor.enabled or name not in keys or res is None or res.status != "ok":
+        return None
+    comparisons = []
+    for sk in p.suite_keys():
+        if sk.suite.startswith("logprobs/"):
+            continue
+        cand = store.records(keys[name], sk.key)
+        if not cand or not base_records[sk.key]:
+            continue
+        comparisons += itemwise_comparisons(cfg.gates, cfg.seed, name, sk, base_records[sk.key], cand)[0]
+        metric = _flip_metric(sk, base_records[sk.key])
+        if metric is not None:
+            res.flips[sk.suite], flipped[(name, sk.suite)] = item_flips(metric, base_records[sk.key], cand)
+    comparisons += distribution(cfg, record, store, base_records, name, keys[name], p, flipped=flipped)
+    figures = floor_figures(comparisons)
+    concurrency = suite_concurrency(p)
+    return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
+                      baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
+                      within=within_floor([c for c in record.comparisons if c.variant != name], figures))
 
 
 def _flip_metric(sk: SuiteKey, base: list[Record]) -> str | None:

@@ -18,6 +18,7 @@ from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import stable_hash
 from ..metrics import MetricSpec
+from ..noise import SUFFIX as NOISE_SUFFIX
 from ..settings import Settings
 from ..suites.custom import CustomSuite, load_suite
 from ..suites.lmeval import LmEvalTask, resolve_tasks
@@ -69,6 +70,7 @@ class VariantPlan:
     seed: int
     settings: Settings
     gates: GatePolicy | None = None  # what the variant's run gates as it goes (monitor.py); None: nothing
+    concurrency: int | None = None  # requests in flight for every suite (the noise floor's); None: each suite's own
 
     @property
     def name(self) -> str:
@@ -83,7 +85,9 @@ class VariantPlan:
         return Path("logs")
 
     def key(self, checkpoint_hash: str | None) -> str:
-        return variant_key(self.variant, self.engine, self.settings, checkpoint_hash)
+        key = variant_key(self.variant, self.engine, self.settings, checkpoint_hash)
+        # the A/A's records are its own, never the baseline's found again under the same checkpoint
+        return f"aa:{stable_hash([key, self.concurrency])}" if self.role == "noise" else key
 
     def probe_path(self, vkey: str) -> Path:  # relative to the workspace
         assert self.probe is not None
@@ -295,4 +299,19 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
             probe=cfg.probe if cfg.probe.enabled else None, grid=cfg.grid if in_grid else None,
             cell_probe=cell_probe(cfg.grid, cfg.probe) if in_grid else None, slo=dict(cfg.probe.slo),
             seed=cfg.seed, settings=settings, gates=cfg.gates if cfg.gates.looks_while_running else None))
+    if cfg.noise_floor.enabled:  # last: the variants' results do not wait for it
+        base = out[0]
+        out.append(dataclasses.replace(
+            base, variant=base.variant.model_copy(update={"name": base.name + NOISE_SUFFIX}), role="noise",
+            probe=None, grid=None, cell_probe=None, gates=None,
+            concurrency=cfg.noise_floor.shape(list(suite_concurrency(suites).values()))))
     return out
+
+
+def suite_concurrency(suites: Plan) -> dict[str, int]:
+    """Each suite's requests in flight, as its campaign entry sets them (the noise floor runs them under another)."""
+    from ..suites.logprobs import CONCURRENCY as LOGPROBS_CONCURRENCY
+
+    out = {f"custom/{s.name}": suites.concurrency.get(s.key, 8) for s in suites.custom}
+    out |= {f"lm_eval/{t.name}": ref.num_concurrent for ref, ts in suites.lmeval for t in ts}
+    return out | {s.suite: LOGPROBS_CONCURRENCY for s in suites.logprobs}

@@ -373,7 +373,7 @@ class RayExecutor:
         if self.max_seconds is None or time.monotonic() - t0 <= self.max_seconds:
             return
         for name in sorted(left - set(node)):
-            if by_name[name].role != "variant":
+            if by_name[name].role == "baseline":
                 continue
             if name in gens:
                 ray.cancel(gens[name], force=True)

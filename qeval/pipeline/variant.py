@@ -213,7 +213,7 @@ class _Run:
     def _suites(self, engine, endpoint, vkey: str) -> None:
         """Every suite the store lacks, on the running engine; then what the engine holds in memory."""
         from ..suites.custom import run_custom
-        from ..suites.logprobs import run_logprobs
+        from ..suites.logprobs import CONCURRENCY as LOGPROBS_CONCURRENCY, run_logprobs
 
         p, v, s = self.plan, self.v, self.plan.suites
         t_eval = time.monotonic()
@@ -222,14 +222,17 @@ class _Run:
         for suite in s.custom:
             self._itemwise(vkey, keys[suite.key], [(it.id, it.group) for it in suite.items],
                            lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
-                                                                 concurrency=s.concurrency.get(c.key, 8),
+                                                                 concurrency=p.concurrency or s.concurrency.get(c.key, 8),
                                                                  retry_backoff_s=backoff))
         for lp in s.logprobs:
             self._itemwise(vkey, keys[lp.key], [(f"{i:04d}", None) for i in range(len(lp.chunks))],
                            lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout,
-                                                                retry_backoff_s=backoff),
+                                                                retry_backoff_s=backoff,
+                                                                concurrency=p.concurrency or LOGPROBS_CONCURRENCY),
                            note=" (prompt logprobs)")
         for ref, tasks in s.lmeval:
+            if p.concurrency:  # the noise floor's batch shape
+                ref = ref.model_copy(update={"num_concurrent": p.concurrency})
             self._lmeval(ref, [t for t in tasks if not self.sink.is_complete(vkey, t.key)], endpoint, vkey, keys)
         self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
         mem = engine.memory()

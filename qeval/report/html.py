@@ -53,7 +53,8 @@ class HtmlLook:
     def badge(self, verdict: str, strong: bool = False) -> str:
         word = f"<strong>{verdict}</strong>" if strong else verdict
         shape = report_md.SHAPES.get(verdict)
-        return f'<span class="badge v-{verdict}">{f"{shape} " if shape else ""}{word}</span>'
+        css = "".join(ch for ch in verdict if ch.isalnum() or ch in "_-")  # "A/A" is a word, not a class
+        return f'<span class="badge v-{css}">{f"{shape} " if shape else ""}{word}</span>'
 
     def figure(self, name: str, variant=None) -> str:
         if name == "grid":

@@ -11,6 +11,7 @@ import jinja2
 from ..record import GateResult, RunRecord
 from ..record_models import Grid, GridCell, ProbeStep, SuiteFlips
 from ..flips import KEEP
+from ..noise import floor_rows, show as show_floor
 from ..savings import savings, short_method, stopped_at
 
 TEMPLATE = """\
@@ -23,7 +24,7 @@ TEMPLATE = """\
 | variant | method | verdict | weights | engine RSS | start-up |
 | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-| {{ v.name }} | {{ v.method }} | {{ look.badge("baseline" if v.role == "baseline" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
+| {{ v.name }} | {{ v.method }} | {{ look.badge("baseline" if v.role == "baseline" else "A/A" if v.role == "noise" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
 {% endfor %}
 **{{ rec.text() }}**
 
@@ -85,6 +86,26 @@ Items in groups (cluster-robust interval); how each planned MDE counts them:
 {%- endfor %}
 {% endif %}
 {% else %}No quality comparison: this campaign ran no suite (speed and memory only).
+{% endif %}
+{% if nf %}
+## Noise floor (A/A)
+
+The baseline evaluated a second time ({{ nf.variant }}): the same weights, by a second server, with
+{{ nf.concurrency }} request{{ "s" if nf.concurrency > 1 else "" }} in flight for every suite (the first evaluation:
+{% for suite, c in nf.baseline_concurrency.items() %}{{ suite }} {{ c }}{{ "; " if not loop.last else "" }}{% endfor %}).
+What differs between the two is the engine's own noise (another batch: the floating-point sums run in
+another order), the floor under any variant's disagreement with the baseline. A variant "within" the
+floor disagrees with the baseline no more than the baseline does with itself (point figures): its
+flips there are as well explained by that noise as by its quantization.
+
+| suite / metric | figure | A/A (n) |{% for v in floor_variants %} {{ v }} |{% endfor %}
+| --- | --- | --- |{% for v in floor_variants %} --- |{% endfor %}
+{% for fig, cells in floor_rows -%}
+| {{ fig.suite }} / {{ fig.metric }} | {{ fig.figure }} | {{ show(fig.figure, fig.value) }} ({{ fig.n }}) |{% for c in cells %} {{ c }} |{% endfor %}
+{% endfor %}
+{% for w in nf.within -%}
+- **{{ w.variant }}**, {{ w.suite }} / {{ w.metric }}: {{ w.figure }} {{ show(w.figure, w.value) }}, within the noise floor ({{ show(w.figure, w.floor) }})
+{% endfor %}
 {% endif %}
 {% if flipped %}
 ## Flipped items
@@ -383,7 +404,11 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         x = st.server.get(key)
         return "-" if x is None or x != x else format(x, spec)
 
+    nf = r.noise_floor
+    floor_variants = [v.name for v in r.variants if v.role == "variant"]
     return _compiled(template).render(
+        nf=nf, floor_variants=floor_variants, show=show_floor,
+        floor_rows=floor_rows(nf.figures, r.comparisons, nf.within, floor_variants) if nf else [],
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         flipped=any(v.flips for v in r.variants), keep=KEEP,
         saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",

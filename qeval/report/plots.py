@@ -49,7 +49,7 @@ def _quality(v) -> float | None:
 
 
 def tradeoff(r: RunRecord) -> bytes | None:
-    pts = [(v.name, _quality(v), v.perf()) for v in r.variants if v.status == "ok"]
+    pts = [(v.name, _quality(v), v.perf()) for v in r.variants if v.status == "ok" and v.role != "noise"]
     pts = [(n, q, p) for n, q, p in pts if q is not None and "weights_bytes" in p]
     if len(pts) < 2:
         return None

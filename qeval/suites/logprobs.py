@@ -125,8 +125,11 @@ def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True)
                   doc_hash=stable_hash(text), response=None, extra=extra)
 
 
+CONCURRENCY = 4  # chunks in flight: each is a whole prompt scored at once
+
+
 def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink: Callable[[list[Record]], None],
-                 concurrency: int = 4, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
+                 concurrency: int = CONCURRENCY, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
     todo = [(i, c) for i, c in enumerate(suite.chunks) if f"{i:04d}" not in done]
 
     async def main() -> None:

@@ -39,11 +39,15 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     for s in v.suites:
         for metric, value in s.means.items():
             m[metric_name("quality", s.suite, metric)] = value
-    for c in (c for c in record.comparisons if c.variant == name):
+    aa = record.noise_floor.comparisons if record.noise_floor is not None else []
+    for c in (c for c in [*record.comparisons, *aa] if c.variant == name):
         for label, value in (("delta", c.delta), ("ci_low", c.ci_low), ("ci_high", c.ci_high), ("p", c.p_value),
                              ("p_holm", c.p_adjusted), ("flip_rate", c.flip_rate)):
             if value is not None:
                 m[metric_name(label, c.suite, c.metric)] = value
+    for n in (record.noise_floor.within if record.noise_floor is not None else []):
+        if n.variant == name:  # disagrees with the baseline no more than the baseline with itself
+            m[metric_name("within_noise_floor", n.suite, n.metric)] = 1.0
     for g in (g for g in record.gates if g.variant == name):
         m[metric_name("gate", g.suite, g.metric)] = 1.0 if g.verdict == "PASS" else 0.0
         if g.sequential is not None:  # where the gate stopped, e.g. items_used/custom/caps/contains
@@ -177,7 +181,9 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             "qeval.config_hash": record.config_hash, "qeval.schema_version": str(record.schema_version),
             "qeval.recommendation": for_record(record).text()[:5000],  # MLflow caps a tag at 5,000 characters
             **{f"verdict.{n}": v for n, v in record.verdicts.items()}}
-    _upsert(client, parent, params, tags, {}, [])
+    floor = {metric_name("noise_floor", f.suite, f.metric): f.value
+             for f in (record.noise_floor.figures if record.noise_floor is not None else [])}
+    _upsert(client, parent, params, tags, floor, [])
     now = int(time.time() * 1000)
     children: dict[str, str] = {}
     flips_path = run_dir / "flips.parquet"
@@ -196,7 +202,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                             "checkpoint_hash": v.checkpoint_hash or ""}
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
                      "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline"
-                                                          else "NOT_EVALUATED")}
+                                                          else "NOISE_FLOOR" if v.role == "noise" else "NOT_EVALUATED")}
             _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
                     now)
             if v.status == "ok":

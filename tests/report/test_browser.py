@@ -50,6 +50,7 @@ suites:
 gates:
   rules:
     - {{match: "*", margin: 0.15}}
+noise_floor: true  # bf16-aa: the baseline's second evaluation
 mlflow: {{tracking_uri: "{url}", experiment: {experiment}, registry: true, registered_model: {model}}}
 """
 
@@ -88,19 +89,22 @@ def _stored_run(root: Path, url: str) -> Path:
     record = RunRecord(run_id="browser-check-0001", campaign=cfg.name, config_hash=cfg.config_hash(),
                        config=cfg.model_dump(mode="json"), config_file=str(config), command=["qeval", "run"],
                        started_at="2026-11-30T00:00:00+00:00")
-    # w4-good answers as the baseline does; w4-bad loses 15 of the baseline's right answers
-    wrong = {"bf16": set(range(45, 53)), "w4-good": set(range(45, 53)), "w4-bad": set(range(30, 53))}
+    # w4-good loses one of the baseline's right answers, within the A/A's two flips; w4-bad loses 15
+    wrong = {"bf16": set(range(45, 53)), "w4-good": set(range(45, 53)) | {0}, "w4-bad": set(range(30, 53)),
+             "bf16-aa": set(range(44, 52))}
+    aa = next(vp for vp in camp.plans(p) if vp.role == "noise")
     with ResultsStore(camp.run_dir / "results.sqlite") as store:
-        for v in cfg.all_variants():
+        for v in [*cfg.all_variants(), aa.variant]:
             ckpt = v.checkpoint or cfg.model.path
-            res = VariantResult(name=v.name, method=v.method, role="baseline" if v is cfg.baseline else "variant",
+            role = "baseline" if v is cfg.baseline else "noise" if v is aa.variant else "variant"
+            res = VariantResult(name=v.name, method=v.method, role=role,
                                 checkpoint=str(ckpt), checkpoint_hash=tree_hash(ckpt), engine="vllm",
                                 weights_bytes=(ckpt / "model.safetensors").stat().st_size)
             if v.name not in wrong:
                 res.status, res.error = "error", "the engine exited during start-up (written by the test)"
                 record.variants.append(res)
                 continue
-            res.key = camp.variant_key(v, res.checkpoint_hash)
+            res.key = aa.key(res.checkpoint_hash) if role == "noise" else camp.variant_key(v, res.checkpoint_hash)
             score = {i: 0.0 if k in wrong[v.name] else 1.0 for k, i in enumerate(it.id for it in suite.items)}
             store.put(res.key, suite.key, v.name, f"custom/{suite.name}", [
                 Record(item_id=it.id, scores={"contains": score[it.id], "normalized": score[it.id]},
@@ -165,20 +169,27 @@ def test_mlflow_ui_shows_the_campaign(chromium, campaign, mlflow_url):
     _, rec = campaign
     exp_id = rec.tracking["experiment_id"]
     # the runs table, at the link `qeval ui` prints (a bare URL opens the GenAI overview): the campaign's
-    # run and its 4 children
+    # run and its 5 children (the A/A's among them)
     runs = runs_table_urls(mlflow_url)[EXPERIMENT]
     assert f"/#/experiments/{exp_id}/runs?" in runs
     page = dom(runs)
     assert EXPERIMENT in page and ">browser-check<" in page
-    assert re.search(r"\b5(</strong>)?\s*matching runs", page), "the runs table did not render"
+    assert re.search(r"\b6(</strong>)?\s*matching runs", page), "the runs table did not render"
 
     client = _client(mlflow_url)
     kids = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{rec.tracking['parent_run_id']}'")
     ids = json.dumps([k.info.run_id for k in kids]).replace(" ", "")
     compare = f"{mlflow_url}/#/compare-runs?runs={ids}&experiments=[\"{exp_id}\"]"
     page = dom(compare)
-    for name in ("bf16", "w4-good", "w4-bad", "delta/custom/capitals/contains", "checkpoint_hash"):
+    for name in ("bf16", "w4-good", "w4-bad", "bf16-aa", "delta/custom/capitals/contains", "checkpoint_hash"):
         assert name in page, f"{name!r} not in the compare view"
+    # the floor on the campaign's run, and which variant sits within it on its own (the compare view lists
+    # only some of a run's metrics: read through the client)
+    parent = client.get_run(rec.tracking["parent_run_id"])
+    assert parent.data.metrics["noise_floor/custom/capitals/contains"] == pytest.approx(2 / 53)
+    within = {k.info.run_name for k in kids if k.data.metrics.get("within_noise_floor/custom/capitals/contains")}
+    assert within == {"w4-good"}
+    assert next(k for k in kids if k.info.run_name == "bf16-aa").data.tags["qeval.verdict"] == "NOISE_FLOOR"
 
     # the flip explorer's table, as MLflow's artifact view shows a logged table (flips.json of w4-bad's run)
     bad = next(k for k in kids if k.info.run_name == "w4-bad")
@@ -211,7 +222,8 @@ def test_html_report_in_chromium(chromium, campaign, tmp_path):
     assert page.count('src="data:image/png;base64,') >= 2  # forest plot and trade-off, inline
     # read as a sign-off: title, verdicts, recommendation, what was not evaluated, then the gates and their plot
     marks = ("<h1>", 'id="verdict"', "<th>verdict</th>", "Recommended: w4-good", "w8-down was not evaluated",
-             "<h2>Gates</h2>", 'id="figure-forest"', "<h2>Every comparison</h2>", "<h2>Flipped items</h2>")
+             "<h2>Gates</h2>", 'id="figure-forest"', "<h2>Every comparison</h2>", "<h2>Noise floor (A/A)</h2>",
+             "<h2>Flipped items</h2>")
     at = [page.index(m) for m in marks]
     assert at == sorted(at), list(zip(marks, at))
     # the flip explorer: w4-bad lost 15 of the baseline's right answers; the first 10 are listed, collapsed
@@ -222,6 +234,12 @@ def test_html_report_in_chromium(chromium, campaign, tmp_path):
     block = block.split("</details>", 1)[0]
     assert [m for m in re.findall(r"<tr><td>([^<]+)</td>", block)] == [r.item_id for r in flips.rows]
     assert len(flips.rows) == 10 and 'href="flips.parquet"' in page and (run_dir / "flips.parquet").is_file()
+    # the noise floor: the A/A flipped 2 of 53 (3.8%); w4-good's one loss (1.9%) sits within it, w4-bad's 15 not
+    floor = page.split("<h2>Noise floor (A/A)</h2>", 1)[1].split("<h2>", 1)[0]
+    assert re.search(r"<td>custom/capitals / contains</td>\s*<td>flip rate</td>\s*<td>3.8% \(53\)</td>\s*"
+                     r"<td>1.9% \(within\)</td>\s*<td>28.3%</td>", floor), floor
+    assert "<strong>w4-good</strong>, custom/capitals / contains: flip rate 1.9%, within the noise floor (3.8%)" in floor
+    assert "<strong>w4-bad</strong>" not in floor
 
     probe = tmp_path / "report-probe.html"  # a copy, so the report itself stays script-free
     probe.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
