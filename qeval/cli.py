@@ -189,7 +189,8 @@ def validate(config: Path) -> None:
     except QevalError as e:
         _fail(e)
     n_items = sum(len(s.items) for s in p.custom)
-    out.print(f"{config}: ok — {len(cfg.all_variants())} variants, {len(p.custom)} custom suites ({n_items} items), "
+    aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
+    out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {len(p.custom)} custom suites ({n_items} items), "
               f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
     if p.lmeval:
         out.print(data.summary())

