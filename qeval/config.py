@@ -22,7 +22,7 @@ from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
-from .quantize.spec import METHODS, QUANTIZED, RecipeSpec
+from .quantize.spec import METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
 from .specs import (Name, Strict, format_validation, known_keys, line_of, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
@@ -115,6 +115,12 @@ class VariantSpec(Strict):
                 raise ValueError(f"quantizer {self.quantizer} makes method {' / '.join(sorted(made))} only")
         elif self.method not in METHODS:
             raise ValueError(f"method {self.method!r} is made by a plugin's quantizer: name it (quantizer: ...)")
+        set_ = self.recipe.model_fields_set
+        if "bits" in set_ and self.method not in WEIGHT_ONLY:
+            raise ValueError(f"recipe.bits is for {' / '.join(sorted(WEIGHT_ONLY))} (W<bits>A16); {self.method} "
+                             "fixes its own")
+        if self.recipe.actorder is not None and self.method != "gptq":
+            raise ValueError(f"recipe.actorder is GPTQ's column order; method {self.method} has none")
         return self
 
 

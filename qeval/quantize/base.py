@@ -48,11 +48,13 @@ def scheme_params(method: str, recipe: dict, dtype: str | None = None) -> dict[s
     if method not in SCHEMES:
         return {}
     scheme, w, a = SCHEMES[method]
+    if scheme == "W4A16" and recipe.get("bits", 4) != 4:  # the recipe's weight bits (gptq / awq / rtn)
+        scheme, w = f"W{recipe['bits']}A16", int(recipe["bits"])
     if dtype in _DTYPE_BITS:
         name, bits = _DTYPE_BITS[dtype]
         scheme, w, a = (name, bits, bits) if method in ("bf16", "fp16") else (scheme, w, bits if a == 16 else a)
     out = {"scheme": scheme, "weight_bits": str(w), "activation_bits": str(a)}
-    if scheme == "W4A16" and recipe.get("group_size"):
+    if scheme.endswith("A16") and scheme.startswith("W") and recipe.get("group_size"):
         out["group_size"] = str(recipe["group_size"])
     return out
 

@@ -21,4 +21,4 @@ class LlmCompressor(WorkerQuantizer):
         r = variant.recipe
         return {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
                 "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,
-                "dtype": self.dtype}
+                "dtype": self.dtype, **r.changed()}

@@ -2,7 +2,8 @@
 
 Usage: python quantize_llmc.py SPEC.json
 SPEC: {"base": dir, "out": dir, "method": gptq|awq|rtn|int8|fp8, "group_size": int, "symmetric": bool,
-       "calibration": [text, ...], "samples": int, "seq_len": int, "awq_n_grid": int, "dtype": bfloat16|float32|...}
+       "calibration": [text, ...], "samples": int, "seq_len": int, "awq_n_grid": int, "dtype": bfloat16|float32|...,
+       and where set: "bits": 2|3|4|8 (gptq, awq, rtn), "ignore": [module, ...], "actorder": static|weight|none}
 Writes OUT (compressed-tensors) and OUT/qeval-quantize.json with what was done and how long it took.
 """
 
@@ -37,17 +38,19 @@ DATA_FREE = {"fp8", "rtn"}  # FP8 dynamic and round-to-nearest need no calibrati
 def recipe_for(spec: dict):
     from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
 
-    method, ignore = spec["method"], ["lm_head"]
+    method, ignore, bits = spec["method"], spec.get("ignore", ["lm_head"]), spec.get("bits", 4)
     if method == "gptq":
-        return [GPTQModifier(config_groups=_weight_scheme(4, spec["group_size"], spec["symmetric"]), ignore=ignore)]
-    if method == "rtn":  # W4A16 by round-to-nearest: no calibration data
-        return [QuantizationModifier(config_groups=_weight_scheme(4, spec["group_size"], spec["symmetric"]),
+        order = {"actorder": None if spec["actorder"] == "none" else spec["actorder"]} if "actorder" in spec else {}
+        return [GPTQModifier(config_groups=_weight_scheme(bits, spec["group_size"], spec["symmetric"]), ignore=ignore,
+                             **order)]
+    if method == "rtn":  # W<bits>A16 by round-to-nearest: no calibration data
+        return [QuantizationModifier(config_groups=_weight_scheme(bits, spec["group_size"], spec["symmetric"]),
                                      ignore=ignore)]
     if method == "awq":
         from llmcompressor.modifiers.transform.awq import AWQModifier
 
         return [AWQModifier(n_grid=spec["awq_n_grid"]),
-                QuantizationModifier(config_groups=_weight_scheme(4, spec["group_size"], spec["symmetric"]),
+                QuantizationModifier(config_groups=_weight_scheme(bits, spec["group_size"], spec["symmetric"]),
                                      ignore=ignore)]
     if method == "int8":
         from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
