@@ -115,8 +115,7 @@ class VariantSpec(Strict):
                 raise ValueError(f"quantizer {self.quantizer} makes method {' / '.join(sorted(made))} only")
         elif self.method not in METHODS:
             raise ValueError(f"method {self.method!r} is made by a plugin's quantizer: name it (quantizer: ...)")
-        set_ = self.recipe.model_fields_set
-        if "bits" in set_ and self.method not in WEIGHT_ONLY:
+        if self.recipe.bits != 4 and self.method not in WEIGHT_ONLY:  # a record's dump holds the default 4
             raise ValueError(f"recipe.bits is for {' / '.join(sorted(WEIGHT_ONLY))} (W<bits>A16); {self.method} "
                              "fixes its own")
         if self.recipe.actorder is not None and self.method != "gptq":
@@ -238,13 +237,18 @@ class CampaignConfig(Strict):
 
     def config_hash(self) -> str:
         # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
-        data = dict(self._written) if self._written is not None else self.model_dump(mode="json", exclude={"mlflow"})
+        data = json.loads(json.dumps(self._written)) if self._written is not None else self.model_dump(mode="json", exclude={"mlflow"})
         data.pop("executor", None)  # where the variants ran changes no result
         data["engine"] = self.engine.legacy_form()
         if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
             data.pop("grid", None)
         if not (data.get("noise_floor") or {}).get("enabled"):  # likewise campaigns written before the A/A
             data.pop("noise_floor", None)
+        later = RecipeSpec().model_dump(mode="json")  # recipe knobs added later stay out at their defaults
+        for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:
+            if isinstance(v.get("recipe"), dict):
+                v["recipe"] = {k: x for k, x in v["recipe"].items()
+                               if k not in ("bits", "ignore", "actorder") or x != later[k]}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

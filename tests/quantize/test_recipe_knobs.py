@@ -44,7 +44,7 @@ def test_the_scheme_names_the_bits():
 
 
 @pytest.mark.parametrize("variant, why", [
-    ("{name: q, method: int8, recipe: {bits: 3}}", "recipe.bits is for awq / gptq / rtn"),
+    ("{name: q, method: int8, recipe: {bits: 8}}", "recipe.bits is for awq / gptq / rtn"),
     ("{name: q, method: awq, recipe: {actorder: none}}", "recipe.actorder is GPTQ's column order"),
     ("{name: q, method: rtn, recipe: {bits: 5}}", "bits"),
 ])
