@@ -22,7 +22,7 @@ from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
-from .quantize.spec import METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
+from .quantize.spec import LATER_KNOBS, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
 from .specs import (Name, Strict, format_validation, known_keys, line_of, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
@@ -244,11 +244,10 @@ class CampaignConfig(Strict):
             data.pop("grid", None)
         if not (data.get("noise_floor") or {}).get("enabled"):  # likewise campaigns written before the A/A
             data.pop("noise_floor", None)
-        later = RecipeSpec().model_dump(mode="json")  # recipe knobs added later stay out at their defaults
-        for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:
-            if isinstance(v.get("recipe"), dict):
-                v["recipe"] = {k: x for k, x in v["recipe"].items()
-                               if k not in ("bits", "ignore", "actorder") or x != later[k]}
+        for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:  # recipe knobs added later:
+            if isinstance(v.get("recipe"), dict):  # out at their defaults
+                changed = RecipeSpec.model_validate(v["recipe"]).changed()
+                v["recipe"] = {k: x for k, x in v["recipe"].items() if k not in LATER_KNOBS or k in changed}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

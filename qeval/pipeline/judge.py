@@ -146,7 +146,6 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
     """Every variant with a key against the baseline, gated; verdicts and the first flipped items into the
     record. Returns every flipped row per (variant, suite), for flips.parquet."""
     from ..compare import adjust_all
-    from ..flips import item_flips
     from ..gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
 
     flipped: dict[tuple[str, str], list] = {}
@@ -167,13 +166,10 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
             for sk in p.suite_keys():
                 if v.name in partial and not store.is_complete(keys[v.name], sk.key):
                     continue
-                cand = store.records(keys[v.name], sk.key)
-                comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, v.name, sk, base_records[sk.key], cand)
+                comps, seq = _suite(cfg, v.name, sk, base_records[sk.key], store.records(keys[v.name], sk.key),
+                                    res, flipped)
                 comparisons += comps
                 sequential.update(seq)
-                metric = _flip_metric(sk, base_records[sk.key])
-                if res is not None and metric is not None and cand:
-                    res.flips[sk.suite], flipped[(v.name, sk.suite)] = item_flips(metric, base_records[sk.key], cand)
             comparisons += distribution(cfg, record, store, base_records, v.name, keys[v.name], p,
                                         complete_only=v.name in partial, sequential=sequential, flipped=flipped)
             for suite, why in (res.not_run if res is not None else {}).items():
@@ -203,7 +199,6 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                 base_records: dict[str, list[Record]], flipped: dict) -> NoiseFloor | None:
     """The A/A evaluation against the baseline's (qeval/noise.py): its figures, never gated or corrected with the
     variants' p-values, and each variant's (suite, metric) that sits within them."""
-    from ..flips import item_flips
     from ..noise import SUFFIX, floor_figures, within_floor
     from .plan import suite_concurrency
 
@@ -216,18 +211,27 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
         if sk.suite.startswith("logprobs/"):
             continue
         cand = store.records(keys[name], sk.key)
-        if not cand or not base_records[sk.key]:
-            continue
-        comparisons += itemwise_comparisons(cfg.gates, cfg.seed, name, sk, base_records[sk.key], cand)[0]
-        metric = _flip_metric(sk, base_records[sk.key])
-        if metric is not None:
-            res.flips[sk.suite], flipped[(name, sk.suite)] = item_flips(metric, base_records[sk.key], cand)
+        if cand and base_records[sk.key]:
+            comparisons += _suite(cfg, name, sk, base_records[sk.key], cand, res, flipped)[0]
     comparisons += distribution(cfg, record, store, base_records, name, keys[name], p, flipped=flipped)
     figures = floor_figures(comparisons)
     concurrency = suite_concurrency(p)
     return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
                       baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
                       within=within_floor([c for c in record.comparisons if c.variant != name], figures))
+
+
+def _suite(cfg: CampaignConfig, name: str, sk: SuiteKey, base: list[Record], cand: list[Record],
+           res: VariantResult | None, flipped: dict) -> tuple[list, dict]:
+    """One per-item suite of `name` against the baseline: its comparisons and sequential results; its flipped
+    items into `res` and `flipped`."""
+    from ..flips import item_flips
+
+    comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, name, sk, base, cand)
+    metric = _flip_metric(sk, base)
+    if res is not None and metric is not None and cand:
+        res.flips[sk.suite], flipped[(name, sk.suite)] = item_flips(metric, base, cand)
+    return comps, seq
 
 
 def _flip_metric(sk: SuiteKey, base: list[Record]) -> str | None:

@@ -32,15 +32,10 @@ class RecipeSpec(Strict):
     def changed(self) -> dict:
         """The knobs added after checkpoints were first cached, where they differ from their defaults: what a
         quantizer's cache key takes, so that a recipe that sets none of them keeps its cached checkpoint."""
-        out: dict = {}
-        if self.bits != 4:
-            out["bits"] = self.bits
-        if self.ignore != list(DEFAULT_IGNORE):
-            out["ignore"] = list(self.ignore)
-        if self.actorder is not None:
-            out["actorder"] = self.actorder
-        return out
+        default = RecipeSpec.model_construct()
+        return {k: getattr(self, k) for k in LATER_KNOBS if getattr(self, k) != getattr(default, k)}
 
 
 DEFAULT_IGNORE = ("lm_head",)
+LATER_KNOBS = ("bits", "ignore", "actorder")  # RecipeSpec.changed
 WEIGHT_ONLY = {"gptq", "awq", "rtn"}  # the methods whose weight bits `bits` sets
