@@ -14,6 +14,8 @@ spread (max/min - 1). Servers: qeval's VllmEngine, as a campaign starts them (12
 
 Run (GPU machine, staged per scripts/gpu/README.md):
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/probe_packing.py --idle 6 --repeats 2 --json $OUT/probe_packing.json
+`--steady 0.05`: each probe first warms up until two rounds agree within 5% (the fix for the warming server the
+first run found); each probe's warm-up rounds are in the JSON.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ def engine(name: str, settings: Settings, log_dir: Path, args) -> VllmEngine:
                       spec=spec, settings=settings, log_dir=log_dir)
 
 
-def probe_once(spec: ProbeSpec, endpoint, seed: int) -> dict[int, dict[str, float]]:
+def probe_once(spec: ProbeSpec, endpoint, seed: int, warmups: list) -> dict[int, dict[str, float]]:
     out = {}
-    for s in run_probe(spec, endpoint, seed=seed).steps:
+    res = run_probe(spec, endpoint, seed=seed)
+    warmups.append(res.warmup.__dict__ if res.warmup else None)
+    for s in res.steps:
         row = {"output_tok_s": s.output_throughput, "errors": float(s.errors), "client_cpu_share": s.client_cpu_share}
         row |= {name: getattr(s, field)[stat] for name, field, stat in FIGURES}
         out[int(s.load)] = row
@@ -75,13 +79,18 @@ def main() -> None:
     ap.add_argument("--kv-bytes", type=int, default=8 << 30)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--requests", type=int, default=32, help="requests per step")
+    ap.add_argument("--steady", type=float, default=None,
+                    help="warm up until two rounds agree within this fraction (ProbeSpec.warmup_until_steady)")
+    ap.add_argument("--warmup-max", type=float, default=60, help="the steady warm-up's limit, seconds")
     ap.add_argument("--json", type=Path, default=Path("runs/probe_packing.json"))
     args = ap.parse_args()
     settings = Settings.from_env()
     spec = ProbeSpec(enabled=True, concurrency=args.concurrency, prompt_tokens=64, output_tokens=32,
                      requests_per_step=args.requests, min_rounds_per_step=2, warmup_requests=4,
-                     max_seconds_per_step=60, stop_after_saturation=False)
+                     max_seconds_per_step=60, stop_after_saturation=False, warmup_until_steady=args.steady,
+                     warmup_max_seconds=args.warmup_max)
     phases: dict[str, list] = {"A": [], "B": [], "C": []}
+    warmups: dict[str, list] = {"A": [], "B": [], "C": []}
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as outer:
         t0 = time.monotonic()
@@ -99,14 +108,14 @@ def main() -> None:
                         list(pool.map(lambda e: e.start(), others))
                     timings["idle_start_s"] = time.monotonic() - t0
                 for r in range(args.repeats):
-                    phases[phase].append(probe_once(spec, target, seed=r))
+                    phases[phase].append(probe_once(spec, target, seed=r, warmups=warmups[phase]))
                     print(f"{phase}{r}: " + json.dumps({c: round(v["tpot_mean_ms"], 2) for c, v in phases[phase][-1].items()}),
                           flush=True)
     lines = summarize(phases)
     print("\n".join(lines))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "timings": timings,
-                                     "phases": phases, "summary": lines}, indent=1) + "\n")
+                                     "phases": phases, "warmups": warmups, "summary": lines}, indent=1) + "\n")
     print(f"JSON: {args.json}")
 
 

@@ -51,12 +51,23 @@ class ProbeStep(RecordModel):
     goodput: float | None = None
 
 
+class ProbeWarmup(RecordModel):
+    """What ran before the probe's figures (probe/latency.py Warmup)."""
+
+    requests: int
+    seconds: float
+    concurrency: int | None = None
+    rounds_tok_s: list[float] = []
+    steady: bool | None = None
+
+
 class Probe(RecordModel):
     """The latency sweep (probe/latency.py ProbeResult.to_json)."""
 
     steps: list[ProbeStep]
     saturation_concurrency: Num | None
     max_concurrency_within_slo: Num | None
+    warmup: ProbeWarmup | None = None  # probes stored before it have none
 
 
 class CellMemory(RecordModel):

@@ -114,7 +114,11 @@ def test_a_probe_field_added_later_keys_stored_probes_only_where_set():
 
     assert ProbeSpec.KEYED <= set(ProbeSpec.model_fields)
     base = ProbeSpec(enabled=True, concurrency=[1, 4])
-    assert Later(enabled=True, concurrency=[1, 4]).key() == base.key() == base.model_dump(mode="json")
+    keyed = {k: v for k, v in base.model_dump(mode="json").items() if k in ProbeSpec.KEYED}
+    assert Later(enabled=True, concurrency=[1, 4]).key() == base.key() == keyed
+    assert set(ProbeSpec.LATER) == set(ProbeSpec.model_fields) - ProbeSpec.KEYED  # the real later ones
+    steady = ProbeSpec(enabled=True, concurrency=[1, 4], warmup_until_steady=0.05)
+    assert steady.key() == {**keyed, "warmup_until_steady": 0.05}
     assert Later(enabled=True, concurrency=[1, 4], new_knob=4).key() == {**base.key(), "new_knob": 4}
     assert ProbeSpec(enabled=True, concurrency=[1, 8]).key() != base.key()
 

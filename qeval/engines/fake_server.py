@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -260,11 +261,15 @@ class Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": len(prompt_toks), "completion_tokens": len(toks),
                  "total_tokens": len(prompt_toks) + len(toks)}
         head = {"id": f"fake-{_hash(text, max_tokens) % 10**8}", "created": int(time.time()), "model": s.served}
+        n = next(s.generations)
+        cold = max(0.0, 1.0 - (n - 1) / s.cold_requests) if s.cold_requests else 0.0
+        delay = s.token_delay_s * (1.0 + (s.cold_factor - 1.0) * cold)
         if req.get("stream"):
-            self._stream(head, toks, finish, chat, usage, bool((req.get("stream_options") or {}).get("include_usage")))
+            self._stream(head, toks, finish, chat, usage, bool((req.get("stream_options") or {}).get("include_usage")),
+                         delay)
         else:
-            if s.token_delay_s:
-                time.sleep(s.token_delay_s * len(toks))
+            if delay:
+                time.sleep(delay * len(toks))
             out = "".join(toks)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": finish}
@@ -287,7 +292,8 @@ class Handler(BaseHTTPRequestHandler):
             if not req.get("stream"):  # the first token left with the whole answer
                 s.stats.ttft_sum += time.perf_counter() - t0
 
-    def _stream(self, head: dict, toks: list[str], finish: str, chat: bool, usage: dict, with_usage: bool) -> None:
+    def _stream(self, head: dict, toks: list[str], finish: str, chat: bool, usage: dict, with_usage: bool,
+                delay: float) -> None:
         """Server-sent events, one chunk per token, as vLLM streams them (then usage, then [DONE])."""
         s, t0 = self.server, time.perf_counter()
         self.send_response(200)
@@ -302,8 +308,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         for i, tok in enumerate(toks):
-            if i and s.token_delay_s:
-                time.sleep(s.token_delay_s)
+            if i and delay:
+                time.sleep(delay)
             last = i == len(toks) - 1
             part = ({"delta": {"role": "assistant", "content": tok} if i == 0 else {"content": tok}} if chat
                     else {"text": tok, "logprobs": None})
@@ -323,6 +329,8 @@ class FakeServer(ThreadingHTTPServer):
     def __init__(self, host: str, port: int, served: str, cfg: dict[str, Any]):
         self.served, self.model, self.faults, self.stats = served, Model(cfg, served), Faults(cfg), Stats()
         self.token_delay_s = float(cfg.get("token_delay_s", 0.0))
+        self.cold_requests, self.cold_factor = int(cfg.get("cold_requests", 0)), float(cfg.get("cold_factor", 1.0))
+        self.generations = itertools.count(1)  # next() is atomic under the GIL: one number per request
         super().__init__((host, port), Handler)
 
 

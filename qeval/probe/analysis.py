@@ -33,6 +33,13 @@ def dist(values: Sequence[float]) -> Dist:
     return Dist(float(v.mean()), *(float(x) for x in p), n=len(v))
 
 
+def steady(rates: Sequence[float], tolerance: float) -> bool:
+    """Whether the last two warm-up rounds' throughputs differ by at most `tolerance` of the earlier one."""
+    if len(rates) < 2 or rates[-2] <= 0:
+        return False
+    return abs(rates[-1] / rates[-2] - 1.0) <= tolerance
+
+
 @dataclass(frozen=True)
 class Step:
     load: float  # concurrency, or request rate for rate steps

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 from .spec import ProbeSpec
 from ..engines import Endpoint
-from .analysis import Step, dist, max_load_within_slo, saturation_point
+from .analysis import Step, dist, max_load_within_slo, saturation_point, steady
 from .client import RequestResult, StepRun, random_prompt, run_concurrency, run_rate
 from .server_metrics import Scraper, ServerView, metrics_url
 
@@ -83,15 +84,28 @@ def summarize(kind: str, load: float, run: StepRun, server: ServerView | None = 
 
 
 @dataclass
+class Warmup:
+    """What ran before the figures: the fixed requests, then (warmup_until_steady) rounds at one concurrency."""
+
+    requests: int
+    seconds: float
+    concurrency: int | None = None  # the rounds' concurrency; None: no rounds
+    rounds_tok_s: list[float] = field(default_factory=list)  # output tok/s of each round
+    steady: bool | None = None  # whether the rounds settled before warmup_max_seconds; None: no rounds
+
+
+@dataclass
 class ProbeResult:
     steps: list[StepSummary]
     saturation_concurrency: float | None
     max_concurrency_within_slo: float | None
     requests: list[dict]  # the per-request table
+    warmup: Warmup | None = None
 
     def to_json(self) -> dict:
         return {"steps": [s.__dict__ for s in self.steps], "saturation_concurrency": self.saturation_concurrency,
-                "max_concurrency_within_slo": self.max_concurrency_within_slo}
+                "max_concurrency_within_slo": self.max_concurrency_within_slo,
+                "warmup": self.warmup.__dict__ if self.warmup else None}
 
 
 def _vocab_size(endpoint: Endpoint) -> int | None:
@@ -120,17 +134,40 @@ def _rows(kind: str, load: float, results: list[RequestResult]) -> list[dict]:
              "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens, "error": r.error} for r in results]
 
 
+def warm_up(spec: ProbeSpec, endpoint: Endpoint, seed: int) -> Warmup:
+    """Requests not counted, so compilation or cache effects stay out of the figures: `warmup_requests`, then,
+    with `warmup_until_steady`, rounds at the sweep's largest concurrency (at most 16) until two rounds' output
+    tok/s agree within that fraction or `warmup_max_seconds` is spent."""
+    t0, sent = time.perf_counter(), 0
+
+    def run(n: int, c: int, k: int) -> StepRun:
+        return asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + 999 + k),
+                                           spec.output_tokens, c, spec.max_seconds_per_step, headers=endpoint.headers))
+
+    if spec.warmup_requests:
+        sent += len(run(spec.warmup_requests, min(spec.warmup_requests, 4), 0).results)
+    out = Warmup(requests=sent, seconds=0.0)
+    if spec.warmup_until_steady is not None:
+        out.concurrency = c = min(max(spec.concurrency), 16)
+        out.steady = False
+        while time.perf_counter() - t0 < spec.warmup_max_seconds:
+            r = run(max(2 * c, 8), c, 1 + len(out.rounds_tok_s))
+            out.requests += len(r.results)
+            out.rounds_tok_s.append(summarize("concurrency", c, r).output_throughput)
+            if steady(out.rounds_tok_s, spec.warmup_until_steady):
+                out.steady = True
+                break
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
 def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
               scrape_interval_s: float = 0.5) -> ProbeResult:
     """The sweep; around each step the engine's /metrics is read (server_metrics.Scraper), every
     `scrape_interval_s` during it for the gauges (0: before and after only)."""
     steps: list[StepSummary] = []
     rows: list[dict] = []
-    # warm-up: a few requests not counted, so compilation or cache effects stay out of the figures
-    if spec.warmup_requests:
-        asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, spec.warmup_requests,
-                                                                                 seed + 999), spec.output_tokens,
-                                    min(spec.warmup_requests, 4), spec.max_seconds_per_step, headers=endpoint.headers))
+    warmup = warm_up(spec, endpoint, seed)
 
     def record(kind: str, load: float, start: Callable[[], Coroutine[Any, Any, StepRun]]) -> None:
         with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s,
@@ -163,4 +200,5 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
     conc = [x for x in steps if x.kind == "concurrency"]
     slo_load = max_load_within_slo([x.load for x in conc], [x.flat() for x in conc], spec.slo) if spec.slo else None
     sat = knee()
-    return ProbeResult(steps=steps, saturation_concurrency=sat, max_concurrency_within_slo=slo_load, requests=rows)
+    return ProbeResult(steps=steps, saturation_concurrency=sat, max_concurrency_within_slo=slo_load, requests=rows,
+                       warmup=warmup)

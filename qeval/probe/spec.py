@@ -20,6 +20,10 @@ class ProbeSpec(Strict):
     requests_per_step: int = Field(32, gt=0)
     min_rounds_per_step: int = Field(2, gt=0)  # at least this many requests per in-flight slot
     warmup_requests: int = Field(4, ge=0)
+    # then warm-up rounds until output tok/s moves less than this fraction between two rounds (a server's
+    # first minutes run 15-40% slower on the H200: results/gpu-2026-12-02-sequential); None: no rounds
+    warmup_until_steady: float | None = Field(None, gt=0, lt=1)
+    warmup_max_seconds: float = Field(90, gt=0)  # the rounds stop here, steady or not (the record says which)
     max_seconds_per_step: float = Field(120, gt=0)
     stop_after_saturation: bool = True
     # SLOs, e.g. {ttft_p95_ms: 1000, tpot_p95_ms: 100}: the report names the largest load meeting them
@@ -33,6 +37,9 @@ class ProbeSpec(Strict):
         "enabled", "concurrency", "rates", "prompt_tokens", "output_tokens", "requests_per_step",
         "min_rounds_per_step", "warmup_requests", "max_seconds_per_step", "stop_after_saturation", "slo",
         "goodput_slo"})
+
+    # fields added after campaign hashes were first taken: at these values they stay out of the hash
+    LATER: ClassVar[dict[str, Any]] = {"warmup_until_steady": None, "warmup_max_seconds": 90}
 
     def key(self) -> dict[str, Any]:
         """What a stored probe is keyed by (with the variant's key)."""

@@ -226,3 +226,34 @@ def test_a_bad_spec_names_its_file_and_key(tmp_path):
     v = VariantSpec(name="x", method="checkpoint", checkpoint=ck)
     with pytest.raises(ConfigError, match=r"config\.json:qeval_fake\.wrongg"):
         build_engine("fake", v, ck, EngineSpec(kind="fake"), Settings(cache=tmp_path), tmp_path)
+
+
+def test_a_steady_warm_up_keeps_a_warming_server_out_of_the_figures(serve):
+    """A server that starts 4x slower and warms over 40 requests: four fixed warm-up requests leave the first
+    step slow; rounds until two agree within 10% wait it out (each round of 8 is >20% faster than the one
+    before until it is warm), and the record says how long that took."""
+    warming = FakeEngineSpec(token_delay_s=0.05, cold_requests=40, cold_factor=4.0)
+    base = dict(enabled=True, concurrency=[2], requests_per_step=8, output_tokens=4, min_rounds_per_step=1)
+    with serve("cold", warming) as ep:
+        fixed = run_probe(ProbeSpec(**base, warmup_requests=4), ep, scrape_interval_s=0)
+    with serve("warm", warming) as ep:
+        settled = run_probe(ProbeSpec(**base, warmup_requests=4, warmup_until_steady=0.1, warmup_max_seconds=60),
+                            ep, scrape_interval_s=0)
+    assert fixed.warmup.steady is None and fixed.warmup.requests == 4
+    w = settled.warmup
+    assert w.steady is True and w.concurrency == 2 and w.requests >= 40 and len(w.rounds_tok_s) >= 3
+    assert w.rounds_tok_s[-1] > 2 * w.rounds_tok_s[0]  # it was warming while it ran
+    # warm TPOT is the 20 ms token delay; the fixed warm-up measured the server still warming
+    cold_tpot, warm_tpot = fixed.steps[0].tpot_ms["mean"], settled.steps[0].tpot_ms["mean"]
+    assert warm_tpot < 0.75 * cold_tpot, (cold_tpot, warm_tpot)
+    assert settled.to_json()["warmup"]["rounds_tok_s"] == w.rounds_tok_s
+
+
+def test_a_warm_up_that_never_settles_stops_at_its_time_and_says_so(serve):
+    """Warming over 100 requests from 8x slower: each round of 8 is ~8% faster than the last, never within 1%
+    in the ~3 rounds that 2 s allow."""
+    with serve("slow", FakeEngineSpec(token_delay_s=0.01, cold_requests=100, cold_factor=8.0)) as ep:
+        res = run_probe(ProbeSpec(enabled=True, concurrency=[2], requests_per_step=4, output_tokens=4,
+                                  warmup_requests=0, warmup_until_steady=0.01, warmup_max_seconds=2), ep,
+                        scrape_interval_s=0)
+    assert res.warmup.steady is False and res.warmup.seconds >= 2 and len(res.warmup.rounds_tok_s) >= 1

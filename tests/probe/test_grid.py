@@ -15,6 +15,7 @@ from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec, load_config
 from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
+from qeval.quantize.spec import LATER_KNOBS
 from qeval.probe.grid import (assemble, best_cell, cell, cell_probe, figures, matrix, meets_slo, metric_segment,
                               row_label, settings, table)
 from qeval.probe.latency import StepSummary
@@ -139,8 +140,10 @@ def test_a_grid_alone_is_enough_to_measure_and_its_absence_keeps_old_hashes():
     old.pop("grid")
     old.pop("noise_floor")  # likewise the A/A, off
     for v in [old["baseline"], *old["variants"]]:  # and the recipe knobs added since, at their defaults
-        for k in ("bits", "ignore", "actorder"):
+        for k in LATER_KNOBS:
             v["recipe"].pop(k)
+    for k in ProbeSpec.LATER:  # and the probe's
+        old["probe"].pop(k)
     old["engine"] = plain.engine.legacy_form()  # the shape one model of every engine kind's settings dumped
     assert plain.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -62,3 +62,21 @@ def test_mlflow_history_carries_server_figures_per_concurrency():
     got = {k: (v, step) for k, v, step in hist}
     assert got["latency/server_queue_mean_ms"][1] == 8
     assert abs(got["latency/server_queue_mean_ms"][0] - 836.96) < 0.01
+
+
+def test_the_warm_up_is_said_and_one_that_never_settled_is_flagged():
+    steps = [_step(1, server_view(None, None))]
+
+    def with_warmup(**w) -> RunRecord:
+        v = VariantResult(name="bf16", method="bf16", role="baseline", engine="vllm",
+                          probe={"steps": steps, "saturation_concurrency": None, "max_concurrency_within_slo": None,
+                                 "warmup": w})
+        return _record(steps).model_copy(update={"variants": [v]})
+
+    rounds = dict(requests=44, seconds=12.4, concurrency=16, rounds_tok_s=[300.04, 410.0, 415.2])
+    md = markdown.render(with_warmup(**rounds, steady=True))
+    assert "- bf16: 44 requests in 12 s; rounds at concurrency 16: 300.0 -> 410.0 -> 415.2 tok/s, steady" in md
+    assert "**not steady** when its time ran out" in markdown.render(with_warmup(**rounds, steady=False))
+    # a fixed warm-up only, or a probe stored before warm-ups were recorded: no line
+    assert "Warm-up before the figures" not in markdown.render(with_warmup(requests=4, seconds=0.5))
+    assert "Warm-up before the figures" not in markdown.render(_record(steps))
