@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -43,6 +44,7 @@ class VariantResult(_Model):
     quantize_seconds: float | None = None
     dtype: str | None = None  # what it was quantized and served in (None: an external endpoint's own)
     dtype_reason: str | None = None  # why: set by the campaign, or what `auto` found on this machine
+    kv_cache_dtype: str | None = None  # the KV cache's type where the engine was told one (None: the model's dtype)
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None
@@ -63,6 +65,16 @@ class VariantResult(_Model):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
+
+    def shown_recipe(self) -> dict[str, Any]:
+        """The recipe as a report or MLflow shows it: a recipe file by its name and content hash (its text is in
+        the record)."""
+        def shown(value: Any) -> Any:
+            if isinstance(value, dict) and "text" in value:
+                return f"{value.get('name', 'recipe')} (sha256 {hashlib.sha256(value['text'].encode()).hexdigest()[:16]})"
+            return value
+
+        return {k: shown(v) for k, v in self.recipe.items()}
 
     def perf(self) -> dict[str, float]:
         """Performance figures a gate or a chart can compare across variants."""

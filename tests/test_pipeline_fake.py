@@ -204,3 +204,22 @@ def test_an_engine_that_never_comes_up_is_not_restarted(tmp_path):
     w3 = next(v for v in rec.variants if v.name == "w3")
     assert (w3.status, w3.restarts) == ("error", 0) and "not healthy" in w3.error  # one start, not three
     assert rec.verdicts["w3"] == "NOT_EVALUATED" and rec.verdicts["same"] == "PASS"
+
+
+def test_a_kv_cache_variant_serves_the_base_under_its_own_key_and_says_so(tmp_path):
+    """`engine: {kv_cache_dtype: fp8}` on a bf16 variant: the base checkpoint served again, under a key of its
+    own (its records never stand for the baseline's), named in the record, the report and nothing else changed."""
+    config = _campaign(tmp_path)
+    text = config.read_text().replace(
+        "  - {name: same, method: checkpoint, checkpoint: ck/same}\n",
+        "  - {name: kv-fp8, method: bf16, engine: {kv_cache_dtype: fp8}}\n")
+    config.write_text(text.replace("probe: {enabled: true,", "probe: {enabled: false,"))
+    campaign.run(load_config(config), Settings(cache=tmp_path / "cache", share_records=False),
+                 reporter=PlainReporter(lambda s: None), config_file=str(config))
+    run_dir = tmp_path / "runs" / "p"
+    rec = {v["name"]: v for v in json.loads((run_dir / "run.json").read_text())["variants"]}
+    assert rec["kv-fp8"]["kv_cache_dtype"] == "fp8" and rec["base"]["kv_cache_dtype"] is None
+    assert rec["kv-fp8"]["checkpoint_hash"] == rec["base"]["checkpoint_hash"]
+    assert rec["kv-fp8"]["key"] != rec["base"]["key"]
+    assert "| kv-fp8 | bf16 + KV fp8 |" in (run_dir / "report.md").read_text()
+    assert {v for (_, _, _, _, v, _, _) in _records(run_dir)} == {"base", "w3", "kv-fp8"}

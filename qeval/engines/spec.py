@@ -16,7 +16,8 @@ class EngineSpec(Kinded):
 
     default_kind: ClassVar[str] = "vllm"
     # settings added after campaign hashes were first taken: at these values they stay out of the hash
-    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1, "cpu_worker_process": False}
+    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1, "cpu_worker_process": False,
+                                       "kv_cache_dtype": "auto"}
 
     kind: str = "vllm"
     request_timeout_s: float = Field(300, gt=0)
@@ -86,6 +87,9 @@ class VllmSpec(ServerSpec):
     # than inside the engine core (uni executor): one more process to import vLLM into, and a message queue
     # polled between the two, on a machine of few cores; the same outputs (benchmarks/cpu_engine_process.py)
     cpu_worker_process: bool = False
+    # the KV cache's element type (vLLM's --kv-cache-dtype): fp8 halves it, with the checkpoint's calibrated KV
+    # scales where it has them (else scale 1.0); auto: the model's dtype
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
 
     @model_validator(mode="before")
     @classmethod
@@ -152,3 +156,9 @@ def merged(base: EngineSpec, override: Mapping[str, Any]) -> EngineSpec:
     model = EngineSpec.model_of({"kind": override.get("kind", base.kind)})
     own = set(known_keys(model))
     return model.model_validate({**{k: v for k, v in base.model_dump().items() if k in own}, **override})
+
+
+def kv_cache_dtype(spec: EngineSpec) -> str | None:
+    """The KV cache's type where the engine is told one other than the model's (vLLM's kinds); None elsewhere."""
+    kv = getattr(spec, "kv_cache_dtype", "auto")
+    return None if kv == "auto" else kv

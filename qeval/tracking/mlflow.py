@@ -195,7 +195,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             children[v.name] = cid
             vparams = {"method": v.method, **scheme_params(v.method, v.recipe, v.dtype),
                        **({"dtype": v.dtype} if v.dtype else {}),
-                       **{f"recipe.{k}": v2 for k, v2 in v.recipe.items()},
+                       **({"kv_cache_dtype": v.kv_cache_dtype} if v.kv_cache_dtype else {}),
+                       **{f"recipe.{k}": v2 for k, v2 in v.shown_recipe().items()},  # a param: 6,000 characters at most
                        **{f"checkpoint.{k}": v2 for k, v2 in v.scheme.items()}}  # what its config declares
             if v.status == "ok":  # a variant not (yet) evaluated has no engine or checkpoint to name
                 vparams |= {"engine": v.engine, "engine_version": v.engine_version,

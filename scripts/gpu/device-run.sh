@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device: run (or resume) one campaign within a time budget, then bring its results back in $OUT.
-# usage: bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS [QEVAL RUN OPTIONS...]
+# usage: [SEED=RUN_FOLDER] bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS [QEVAL RUN OPTIONS...]
 # Out of time, qeval gets SIGINT and GRACE seconds (default 20) to stop its children and write its record,
 # then SIGKILL; the next call resumes it (qeval keeps every record). Keep BUDGET + GRACE + ~25 s (the
 # tarball, the start) under the call's 600 s: plan-calls.py does.
@@ -16,6 +16,13 @@ if [ ! -d "runs/$name" ] && [ -n "$ref" ]; then
   mkdir -p runs && cp -r "$ref" "runs/$name"
   [ -f "runs/$name/results.sqlite.gz" ] && gunzip "runs/$name/results.sqlite.gz"
   echo "resuming from $ref"
+elif [ ! -d "runs/$name" ] && [ -n "${SEED:-}" ]; then
+  # another campaign's run folder whose suites and variants this one shares: only its per-item store is
+  # taken (records under the same keys are not served again); its record and reports stay its own
+  mkdir -p "runs/$name"
+  if [ -f "$SEED/results.sqlite.gz" ]; then gunzip -c "$SEED/results.sqlite.gz" > "runs/$name/results.sqlite"
+  else cp "$SEED/results.sqlite" "runs/$name/"; fi
+  echo "seeded the store from $SEED"
 fi
 # env --default-signal=INT: a command started in the background by a shell without job control inherits
 # SIGINT ignored, and Python then never sees timeout's SIGINT (only the SIGKILL after the grace)

