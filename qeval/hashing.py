@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -18,6 +19,23 @@ def file_hash(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def content_hash(path: Path) -> str:
+    """A file's or a folder's content (relative names and bytes), nothing written beside it: for inputs that
+    are the user's (a calibration set), whose folder qeval must not touch. Read once per content: a set is
+    hashed for its variant's key, its record and the campaign's hash, and may be gigabytes."""
+    path = path.resolve()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    stats = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _content_hash(path, path.is_file(), stats)
+
+
+@functools.lru_cache(maxsize=64)  # a memo of a pure function of the bytes, keyed by where they are and their stats
+def _content_hash(path: Path, is_file: bool, stats: tuple) -> str:
+    if is_file:
+        return file_hash(path)[:32]
+    return stable_hash([(str(Path(p).relative_to(path)), file_hash(Path(p))) for p, _, _ in stats], n=32)
 
 
 # files a quantizer writes beside the checkpoint that differ between identical runs (timings, absolute paths of

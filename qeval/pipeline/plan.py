@@ -13,7 +13,7 @@ from typing import Mapping, NamedTuple
 
 from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GatePolicy, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
-from ..engines.spec import merged
+from ..engines.spec import kv_cache_dtype, merged
 from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import stable_hash
@@ -144,6 +144,7 @@ def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint
     # GPU kernels reduce in another order across tensor-parallel ranks: a different result
     key |= {"tp": tp} if (tp := getattr(spec, "tensor_parallel_size", 1)) > 1 else {}
     key |= {"device": spec.device} if spec.device != "cpu" else {}
+    key |= {"kv_cache_dtype": kv} if (kv := kv_cache_dtype(spec)) else {}
     # a server started here on the CPU computes with this CPU's kernels (hardware.py: results differ by family)
     key |= {"cpu": settings.cpu.kernels()} if getattr(spec, "device", None) == "cpu" else {}
     return "ckpt:" + stable_hash(key)
@@ -155,7 +156,10 @@ def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "
     served = [v for v in cfg.all_variants() if v.method != "external"]
     specs = {v.name: engine_spec(cfg, v) for v in served}
     limits = {v.name: ok for v in served
-              if (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint)) is not None}
+              # a simulated scheme is a plain checkpoint of dequantized weights: served in any dtype
+              if not v.recipe.simulate
+              and (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint,
+                                      settings.cpu)) is not None}
     choice = choose_dtype(cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"}, settings.cpu, limits)
     bad = sorted(n for n, ok in limits.items() if choice.dtype not in ok)
     if bad:
@@ -169,9 +173,9 @@ def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
         return cfg.model.path
     base = settings.models / cfg.model.builtin
     if not (base / "config.json").is_file():
-        hint = ("python scripts/make-random-llama.py " + str(base) + " --tokenizer "
-                + str(settings.models / "smollm2-135m-instruct") if cfg.model.builtin == "llama-3-8b-random"
-                else "make setup")
+        hint = {"llama-3-8b-random": "python scripts/make-random-llama.py " + str(base) + " --tokenizer "
+                + str(settings.models / "smollm2-135m-instruct"), "gemma-3-270m": "make gemma"}.get(cfg.model.builtin,
+                                                                                                     "make setup")
         raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base), hint)
     return base
 
@@ -196,7 +200,22 @@ def _check_variants(cfg: CampaignConfig, config_file: str) -> None:
                               file=config_file, where=where)
 
 
-def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
+def _check_quantizer_inputs(cfg: CampaignConfig, settings: Settings, config_file: str) -> None:
+    """A team's recipe files and calibration sets, read by the tool that will apply them, before anything is
+    made or served; each set once, however many variants read it."""
+    from ..quantize.preflight import check_calibration, check_recipe_file
+
+    seen = set()
+    for v in cfg.all_variants():
+        if v.recipe.file is not None:  # llm-compressor's only (VariantSpec refuses it for other quantizers)
+            check_recipe_file(settings.llmc, v.recipe.file, f"variant {v.name}: recipe.file")
+        cal = v.recipe.calibration
+        if cal is not None and (cal.path, cal.field, cal.split) not in seen:
+            seen.add((cal.path, cal.field, cal.split))
+            check_calibration(settings.llmc, cal, config_file, f"variant {v.name}: recipe.calibration")
+
+
+def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Settings) -> None:
     """What each variant's engine cannot serve, as the engine declares it, is bad input found before any start."""
     for v in cfg.all_variants():
         spec = engine_spec(cfg, v)
@@ -209,7 +228,7 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
                                   "scored against it; keep generate_until tasks and custom suites for this variant",
                                   file=config_file, where=where)
         check = getattr(_engine(spec.kind), "check_plan", None)  # the engine's own limits (fixed at build time...)
-        problem = check(spec, v, cfg.probe) if check else None
+        problem = check(spec, v, cfg.probe, settings.cpu) if check else None
         if problem:
             raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
@@ -270,6 +289,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     """Resolve and validate every suite and variant before anything starts: what the files say first (exit 2),
     then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
     _check_variants(cfg, config_file)
+    _check_quantizer_inputs(cfg, settings, config_file)
     refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
     custom = [load_suite(s.path) for s in refs]
     logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
@@ -278,7 +298,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     base = base_checkpoint(cfg, settings)
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
-    _check_engines(cfg, p, config_file)
+    _check_engines(cfg, p, config_file, settings)
     _check_sequential(cfg, p, config_file)
     return p
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 
 from ..engines import build_engine
 from ..engines.process import INTERRUPT_GRACE_S
+from ..engines.spec import kv_cache_dtype
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import stable_hash, tree_hash
 from ..progress import Reporter
@@ -46,6 +47,7 @@ class VariantOutcome:
     quantize_seconds: float | None = None  # None: the checkpoint was there already
     dtype: str | None = None
     dtype_reason: str | None = None
+    kv_cache_dtype: str | None = None  # where the engine was told another KV-cache type than the model's
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None
@@ -260,11 +262,14 @@ class _Run:
             if cuts[t.name] is None:
                 self.sink.mark_complete(vkey, t.key, len(recs))
 
+        # lm-eval's request cache answers a request it has seen whatever now serves it: one folder per checkpoint
+        # (the variant's key), so a variant re-made under its name is asked again, and a resumed one is not
+        work = self.ws / "work" / v.name / vkey.replace(":", "-")
         plain = [t for t in todo if cuts[t.name] is None]
         if plain:
             with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in plain)}"):
-                run_lmeval(ref, plain, endpoint, p.settings.vllm, p.settings.data, self.ws / "work" / v.name,
-                           task_sink, self.logs / f"lmeval-{v.name}.log")
+                run_lmeval(ref, plain, endpoint, p.settings.vllm, p.settings.data, work, task_sink,
+                           self.logs / f"lmeval-{v.name}.log")
             for t in plain:
                 monitor.finished(keys[t.key])
         going = [t for t in todo if cuts[t.name] is not None]
@@ -277,7 +282,7 @@ class _Run:
             if batch:
                 with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in batch)} (batch {k + 1})"):
                     run_lmeval(ref, batch, endpoint, p.settings.vllm, p.settings.data,
-                               self.ws / "work" / v.name / f"batch-{k + 1}", task_sink,
+                               work / f"batch-{k + 1}", task_sink,
                                self.logs / f"lmeval-{v.name}-batch-{k + 1}.log",
                                samples={t.name: samples[t.name] for t in batch})
             for t in [t for t in going if k < len(cuts[t.name])]:
@@ -360,6 +365,8 @@ def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> t
     q = quantizer_for(v.method, name, runtime=runtime, engine=plan.engine, dtype=plan.dtype.quantize_dtype)
     out = plan.settings.variants / f"{base.name}-{v.method}-{q.cache_key(base, v)}"
     facts["recipe"] = q.spec(base, v)
+    if isinstance(facts["recipe"].get("calibration_data"), dict):  # named in the record, keyed by its content
+        facts["recipe"]["calibration_data"]["file"] = v.recipe.calibration.path.name
     if (out / "config.json").is_file():
         return out, facts
     log = workspace / plan.logs / f"quantize-{v.name}.log"
@@ -406,6 +413,7 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
                        weights_bytes=None if plan.external else _weights_bytes(ckpt))
         if plan.dtype is not None:  # an endpoint someone else runs serves in its own dtype
             r.facts.update(dtype=plan.dtype.dtype, dtype_reason=plan.dtype.reason)
+        r.facts.update(kv_cache_dtype=kv_cache_dtype(plan.engine))
         rows = r.grid_rows(chash)
         evaluated = r.todo(vkey, rows)
         if evaluated:

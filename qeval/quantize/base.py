@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..registry import Registry
-from .spec import RecipeSpec
+from .spec import PRESETS, RecipeSpec
 
 if TYPE_CHECKING:
     from ..settings import Runtime, Settings
@@ -48,13 +48,17 @@ def scheme_params(method: str, recipe: dict, dtype: str | None = None) -> dict[s
     if method not in SCHEMES:
         return {}
     scheme, w, a = SCHEMES[method]
-    if scheme == "W4A16" and recipe.get("bits", 4) != 4:  # the recipe's weight bits (gptq / awq / rtn)
+    if recipe.get("scheme") in PRESETS:  # a preset by name says its own bits
+        scheme, (w, a, _) = recipe["scheme"], PRESETS[recipe["scheme"]]
+    elif scheme == "W4A16" and recipe.get("bits", 4) != 4:  # the recipe's weight bits (gptq / awq / rtn)
         scheme, w = f"W{recipe['bits']}A16", int(recipe["bits"])
     if dtype in _DTYPE_BITS:
         name, bits = _DTYPE_BITS[dtype]
         scheme, w, a = (name, bits, bits) if method in ("bf16", "fp16") else (scheme, w, bits if a == 16 else a)
     out = {"scheme": scheme, "weight_bits": str(w), "activation_bits": str(a)}
-    if scheme.endswith("A16") and scheme.startswith("W") and recipe.get("group_size"):
+    if recipe.get("simulate"):  # its weights on that grid, stored and served dequantized
+        out["simulated"] = "true"
+    if scheme.endswith("A16") and scheme.startswith("W") and recipe.get("group_size") and "scheme" not in recipe:
         out["group_size"] = str(recipe["group_size"])
     return out
 

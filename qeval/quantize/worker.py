@@ -53,6 +53,10 @@ class WorkerQuantizer:
     def spec(self, base: Path, variant: "QuantizeTarget") -> dict:
         raise NotImplementedError
 
+    def inputs(self, variant: "QuantizeTarget") -> dict:
+        """What the worker reads besides its spec that is no part of the key (paths of inputs keyed by content)."""
+        return {}
+
     def cache_extra(self) -> dict:
         """What else decides the output besides base, recipe, tool and worker (e.g. the GPU it is built for)."""
         return {}
@@ -72,7 +76,9 @@ class WorkerQuantizer:
         tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        spec = self.spec(base, variant) | {"base": str(base), "out": str(tmp), "calibration": calibration_texts()}
+        spec = self.spec(base, variant) | {"base": str(base), "out": str(tmp)} | self.inputs(variant)
+        if "calibration_path" not in spec:  # the offline default, as text
+            spec["calibration"] = calibration_texts()
         if self.engine is not None and self.engine.trust_remote_code:
             spec["trust_remote_code"] = True
         # this process's own spec beside its own folder (not tmp.with_suffix, which would drop ".tmp-PID" and

@@ -2,7 +2,7 @@
 
 lm-eval's per-sample log (`--log_samples`) becomes one record per doc, keyed by doc_id with its
 doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every answered request in
-SQLite, so a task killed half-way resumes where it stopped.
+SQLite, so a task killed half-way resumes where it stopped; the pipeline gives it one folder per checkpoint.
 """
 
 from __future__ import annotations
