@@ -62,7 +62,9 @@ def test_a_committed_record_loads_renders_and_round_trips(path):
     text = path.read_text()
     rec = RunRecord.load(path)
     assert rec.schema_version <= SCHEMA_VERSION and rec.variants
-    assert all(v.reused == {} for v in rec.variants)  # a field it predates: its default
+    # records before `reused` have its default; later ones name suites the variant has, with whole counts
+    assert all(set(v.reused) <= {s.suite for s in v.suites} and all(n > 0 for n in v.reused.values())
+               for v in rec.variants)
     probed = [v for v in rec.variants if v.probe]
     probe_on = (rec.config.get("probe") or {}).get("enabled", True)  # a campaign may leave the probe off
     assert bool(probed) == probe_on and all(isinstance(v.probe, Probe) for v in probed)

@@ -24,7 +24,7 @@ TEMPLATE = """\
 | variant | method | verdict | weights | engine RSS | start-up |
 | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-| {{ v.name }} | {{ v.method }} | {{ look.badge("baseline" if v.role == "baseline" else "A/A" if v.role == "noise" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
+| {{ v.name }} | {{ v.method }}{{ " (simulated)" if v.recipe.get("simulate") }}{{ " + KV " ~ v.kv_cache_dtype if v.kv_cache_dtype }} | {{ look.badge("baseline" if v.role == "baseline" else "A/A" if v.role == "noise" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
 {% endfor %}
 **{{ rec.text() }}**
 
@@ -86,6 +86,13 @@ Items in groups (cluster-robust interval); how each planned MDE counts them:
 {%- endfor %}
 {% endif %}
 {% else %}No quality comparison: this campaign ran no suite (speed and memory only).
+{% endif %}
+{% if differ %}
+## How variants of one method differ
+
+{% for line in differ -%}
+- {{ line }}
+{% endfor %}
 {% endif %}
 {% if nf %}
 ## Noise floor (A/A)
@@ -155,6 +162,11 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 {% for st in v.probe.steps -%}
 | {{ v.name }} | {{ st.kind }} {{ st.load }} | {{ st.requests }} ({{ st.errors }}) | {{ n(st.output_throughput, ".1f") }} | {{ n(st.goodput, ".2f") if st.goodput is not none else "-" }} | {{ n(st.ttft_ms.p50, ".0f") }} / {{ n(st.ttft_ms.p95, ".0f") }} / {{ n(st.ttft_ms.p99, ".0f") }} | {{ n(st.tpot_ms.p50, ".1f") }} / {{ n(st.tpot_ms.p95, ".1f") }} | {{ n(st.itl_ms.p95, ".1f") }} | {{ n(st.e2e_ms.p50, ".0f") }} / {{ n(st.e2e_ms.p95, ".0f") }} | {{ "%.0f" % (100 * st.client_cpu_share) }}% |
 {% endfor -%}
+{% endfor %}
+{% for v in r.variants if v.probe and v.probe.warmup and v.probe.warmup.concurrency %}
+{% set w = v.probe.warmup -%}
+{{ "Warm-up before the figures (requests not counted):" if loop.first }}
+- {{ v.name }}: {{ w.requests }} requests in {{ "%.0f" % w.seconds }} s; rounds at concurrency {{ w.concurrency }}: {{ w.rounds_tok_s | map("round", 1) | join(" -> ") }} tok/s, {{ "steady" if w.steady else "**not steady** when its time ran out: its first figures may be a warming server's" }}
 {% endfor %}
 {{ look.figure("latency") }}
 {% if served_view %}
@@ -228,7 +240,7 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 - {{ k }}: {{ val }}
 {% endfor %}
 {% for v in r.variants -%}
-- {{ v.name }}: checkpoint `{{ v.checkpoint }}` (sha256 prefix `{{ (v.checkpoint_hash or "-")[:16] }}`){% if v.recipe %}, recipe {{ v.recipe }}{% endif %}{% if v.scheme %}; its config declares {{ v.scheme.get("scheme", "") }} ({% for k, x in v.scheme.items() if k != "scheme" %}{{ k }} {{ x }}{{ ", " if not loop.last }}{% endfor %}){% endif %}{% if v.quantize_seconds %}, made in {{ v.quantize_seconds }} s{% endif %}{% if v.dtype %}; {{ v.dtype }} ({{ v.dtype_reason }}){% endif %}
+- {{ v.name }}: checkpoint `{{ v.checkpoint }}` (sha256 prefix `{{ (v.checkpoint_hash or "-")[:16] }}`){% if v.recipe %}, recipe {{ v.shown_recipe() }}{% endif %}{% if v.scheme %}; its config declares {{ v.scheme.get("scheme", "") }} ({% for k, x in v.scheme.items() if k != "scheme" %}{{ k }} {{ x }}{{ ", " if not loop.last }}{% endfor %}){% endif %}{% if v.quantize_seconds %}, made in {{ v.quantize_seconds }} s{% endif %}{% if v.dtype %}; {{ v.dtype }} ({{ v.dtype_reason }}){% endif %}{% if v.kv_cache_dtype %}; KV cache {{ v.kv_cache_dtype }}{% endif %}
 {% endfor %}
 """
 
@@ -384,6 +396,7 @@ def _compiled(template: str) -> jinja2.Template:
 
 def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
     from ..recommend import for_record
+    from .differences import differences
 
     suites = sorted({s.suite for v in r.variants for s in v.suites})
 
@@ -407,7 +420,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
     nf = r.noise_floor
     floor_variants = [v.name for v in r.variants if v.role == "variant"]
     return _compiled(template).render(
-        nf=nf, floor_variants=floor_variants, show=show_floor,
+        nf=nf, floor_variants=floor_variants, show=show_floor, differ=differences(r.variants),
         floor_rows=floor_rows(nf.figures, r.comparisons, nf.within, floor_variants) if nf else [],
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         flipped=any(v.flips for v in r.variants), keep=KEEP,
