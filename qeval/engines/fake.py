@@ -54,6 +54,10 @@ class FakeEngineSpec(BaseModel):
     server_noise: float = Field(0.0, ge=0, le=1)
     logprob_noise: float = Field(0.0, ge=0)  # how far its next-token distributions sit from the reference ones
     token_delay_s: float = Field(0.0, ge=0)  # between streamed tokens
+    # a server that warms up: its first generation runs `cold_factor` times slower, and the slowdown falls
+    # linearly to none over `cold_requests` generations
+    cold_requests: int = Field(0, ge=0)
+    cold_factor: float = Field(1.0, ge=1)
     start_delay_s: float = Field(0.0, ge=0)  # it sleeps this long before it listens, at every start
     dies_after: int | None = Field(None, ge=0)  # the server exits once it has answered this many requests
     hangs_after: int | None = Field(None, ge=0)  # it stops answering anything, /health too, after this many
@@ -108,7 +112,7 @@ class FakeEngine(VllmEngine):
         self.starts = 0  # faults play on the starts fault_starts names: a restart can then succeed
 
     @staticmethod
-    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
+    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None, cpu: object = None) -> frozenset[str] | None:
         return None  # it computes nothing: any dtype
 
     @staticmethod

