@@ -56,6 +56,21 @@ class _OnSignal:
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self)
+        signal.signal(signal.SIGALRM, self._again)
+        self._next_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
+
+    def _unraisable(self, info) -> None:
+        """A signal that lands inside a weakref callback or a __del__ has its Interrupted swallowed ("Exception
+        ignored in ..."), and the run would go on to the end: raise it again in 10 ms, from ordinary code."""
+        if isinstance(info.exc_value, Interrupted):
+            signal.setitimer(signal.ITIMER_REAL, 0.01)  # a timer, not at once: not inside this hook or the callback
+            return
+        self._next_hook(info)
+
+    def _again(self, signum: int, frame: object) -> None:
+        if self.first is not None:
+            raise Interrupted(self.first)
 
 
 def _fail(e: QevalError) -> None:

@@ -68,3 +68,30 @@ mlflow: {{enabled: false}}
     base = next(v for v in rec.variants if v.name == "base")
     assert [(s.suite, s.n) for s in base.suites] == [("custom/arithmetic", 40)]
     json.loads((tmp_path / "runs" / "ctrl-c" / "run.json").read_text())  # whole, not cut mid-write
+
+
+def test_a_signal_swallowed_inside_a_finalizer_is_raised_again(tmp_path):
+    """CI, 2026-12-02: SIGTERM landed in a WeakKeyDictionary callback; Python printed "Exception ignored"
+    and the campaign ran to its end, exit 0. The handler must raise it again from ordinary code."""
+    code = """
+import gc, os, signal, sys, time
+from qeval.cli import Interrupted, _OnSignal
+_OnSignal().install()
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10000):  # bytecode runs here: the handler raises inside __del__, and Python ignores it
+            pass
+try:
+    Finalized()
+    gc.collect()
+    for _ in range(200):
+        time.sleep(0.01)
+    print("ran on")
+except Interrupted as e:
+    print("interrupted", e.signum)
+"""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.stdout.strip() == f"interrupted {int(signal.SIGTERM)}", (p.stdout, p.stderr)

@@ -159,3 +159,24 @@ def test_logs_reach_the_driver_at_each_step_so_a_cut_task_keeps_them(tmp_path):
         assert pickle.loads(pickle.dumps(f)) == f
     sizes = [(rel, len(data)) for f in shipped for rel, data in f.files.items()]
     assert len(sizes) == len(set(sizes))  # a log is sent again only when it has grown
+
+
+def test_a_node_sweeps_the_workspaces_its_killed_tasks_left_and_no_other(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from qeval.pipeline.remote import node_workspace
+
+    settings = Settings.from_env({"QEVAL_CACHE": str(tmp_path / "cache")})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    host, root = socket.gethostname(), tmp_path / "cache" / "work"
+    dead, live, other = (root / f"w3@{host}.pid{gone}-x", root / f"w3@{host}.pid{os.getpid()}-y",
+                         root / f"w3@another-host.pid{gone}-z")
+    for d in (dead, live, other):
+        (d / "logs").mkdir(parents=True)
+    ws = node_workspace(settings, "base")
+    assert ws.parent == root and ws.name.startswith(f"base@{host}.pid{os.getpid()}-") and ws.is_dir()
+    assert not dead.exists() and live.exists() and other.exists()

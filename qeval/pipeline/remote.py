@@ -10,8 +10,10 @@ Nothing here imports Ray: the stream is plain Python, and the executor carries i
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
+from ..engines.process import pid_alive
 from ..settings import Settings
 from ..store import Record, ResultsStore
 from .leases import Guard, unguarded
@@ -215,15 +218,28 @@ def unpack(files: dict[str, bytes], workspace: Path) -> None:
 _END = object()
 
 
+def node_workspace(settings: Settings, name: str) -> Path:
+    """A fresh folder for one task under the node's cache, named by its host and process. A task killed with
+    its worker (a node lost, a driver gone, a cancel) never reaches its clean-up: such folders of this host
+    whose process is gone are removed here, at the next task's start, so a long-lived cluster does not fill."""
+    root, host = settings.cache / "work", socket.gethostname()
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(f"*@{host}.pid*"):  # another host's folders (a shared cache) are its own to sweep
+        pid = stale.name.rsplit(".pid", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}@{host}.pid{os.getpid()}-", dir=root))
+
+
 def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], settings: Settings | None = None,
                    workspace: Path | None = None, guard: Guard = unguarded, reference=None) -> Iterator[Message]:
     """Run one variant on this node and yield what it produces, as it produces it; the last message is
     Done. `files`: the driver's probe and grid files, so what is done is not redone. The workspace is the
-    node's own (a fresh temporary folder unless given) and is removed afterwards."""
+    node's own (a fresh folder under its cache, unless given: node_workspace) and is removed afterwards."""
     settings = settings or Settings.from_env()
     plan = on_node(plan, settings)
     own = workspace is None
-    ws = Path(tempfile.mkdtemp(prefix=f"qeval-{plan.name}-")) if own else workspace
+    ws = node_workspace(settings, plan.name) if own else workspace
     unpack(files, ws)
     q: queue.Queue = queue.Queue()
     sink = StreamSink(stored, q.put, settings.records if settings.share_records else None)
