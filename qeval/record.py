@@ -45,6 +45,8 @@ class VariantResult(_Model):
     dtype: str | None = None  # what it was quantized and served in (None: an external endpoint's own)
     dtype_reason: str | None = None  # why: set by the campaign, or what `auto` found on this machine
     kv_cache_dtype: str | None = None  # the KV cache's type where the engine was told one (None: the model's dtype)
+    # why it was served on its dequantized weights (recipe.simulate): its memory and speed are not its scheme's
+    simulated: str | None = None
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None

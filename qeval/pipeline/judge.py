@@ -187,7 +187,7 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
     if base_res is not None:
         for r in record.variants:
             if r.role == "variant" and r.status == "ok":
-                record.gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf())
+                record.gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated)
     for v in cfg.variants:
         evaluated = base_key is not None and v.name in keys and v.name not in partial
         record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)

