@@ -240,6 +240,24 @@ def _check_quantizer_inputs(cfg: CampaignConfig, settings: Settings, config_file
             check_calibration(settings.llmc, cal, config_file, f"variant {v.name}: recipe.calibration")
 
 
+def _check_groups(cfg: CampaignConfig, base: Path, config_file: str) -> None:
+    """A group size that does not tile the base model's layers, refused before minutes of loading and calibrating
+    end in llm-compressor's own refusal. A recipe file or an own `ignore` list is the team's to vouch for."""
+    from ..quantize.preflight import group_problem
+    from ..quantize.spec import DEFAULT_IGNORE, PRESET_GROUPS
+
+    for v in cfg.variants:
+        r = v.recipe
+        if v.method not in WEIGHT_ONLY or r.file is not None or tuple(r.ignore) != DEFAULT_IGNORE:
+            continue
+        group, knob = (PRESET_GROUPS.get(r.scheme), "recipe.scheme") if r.scheme else (r.group_size, "recipe.group_size")
+        why = group_problem(base, group) if group else None
+        if why:
+            what = f"scheme {r.scheme} groups by {group}: " if r.scheme else ""
+            raise ConfigError(what + why + (" (a scheme fixes its group: give bits, symmetric and group_size instead)"
+                                            if r.scheme else ""), file=config_file, where=f"variant {v.name}: {knob}")
+
+
 def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Settings) -> None:
     """What each variant's engine cannot serve, as the engine declares it, is bad input found before any start."""
     for v in cfg.all_variants():
@@ -321,6 +339,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     lmeval = [(s, _batched(cfg, s, resolve_tasks(s, settings.data, config_file), config_file))
               for s in cfg.suites if s.kind == "lm_eval"]
     base = base_checkpoint(cfg, settings)
+    _check_groups(cfg, base, config_file)
     p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
              concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
     _check_engines(cfg, p, config_file, settings)

@@ -34,6 +34,27 @@ def _tool_answer(runtime: Runtime, script: str, args: list[str], what: str, file
                           file=file, where=where) from None
 
 
+def group_problem(base: Path, group: int) -> str | None:
+    """Why weight groups of `group` columns do not tile this model's linear layers (llm-compressor refuses them
+    after loading the model and calibrating), or None. Read from its config: q/k/v and gate/up take hidden_size
+    columns, o_proj the heads' width, down_proj intermediate_size."""
+    try:
+        cfg = json.loads((base / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # an unreadable config is the engine's and the quantizer's to report
+    cfg = cfg.get("text_config") or cfg
+    hidden, inter, heads = cfg.get("hidden_size"), cfg.get("intermediate_size"), cfg.get("num_attention_heads")
+    widths = {"hidden_size": hidden, "intermediate_size": inter,
+              "attention width": heads * (cfg.get("head_dim") or hidden // heads) if heads and hidden else None}
+    bad = {k: w for k, w in widths.items() if isinstance(w, int) and w % group}
+    if not bad:
+        return None
+    fits = [g for g in (128, 64, 32, 16) if all(w % g == 0 for w in widths.values() if isinstance(w, int))]
+    return (f"weight groups of {group} columns do not divide this model's layers ("
+            + ", ".join(f"{k} {w}" for k, w in bad.items()) + "); "
+            + (f"group_size {fits[0]} does" if fits else "no group size of 16-128 does"))
+
+
 def check_recipe_file(runtime: Runtime, path: Path, where: str) -> list[str]:
     """The recipe's modifiers, or a ConfigError (exit 2) naming the file, line and key."""
     if not runtime.exists():

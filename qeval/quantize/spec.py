@@ -110,5 +110,9 @@ PRESETS: dict[str, tuple[int, int, str]] = {
     "NVFP4A16": (4, 16, "float"), "NVFP4": (4, 4, "float"), "MXFP4A16": (4, 16, "float"), "MXFP4": (4, 4, "float"),
     "MXFP8A16": (8, 16, "float"), "MXFP8": (8, 8, "float"),
 }
+# the columns one weight scale covers, per preset with groups (compressed-tensors 0.19: its W<n>A<m> template and
+# W4A16_ASYM / W4AFP8 group by 128, NVFP4 by 16, MXFP by 32; the rest are per channel, tensor or block)
+PRESET_GROUPS: dict[str, int] = {**{p: 128 for p, (_, _, kind) in PRESETS.items() if kind == "int" and p not in ("W8A8", "INT8")},
+                                 "NVFP4A16": 16, "NVFP4": 16, "MXFP4A16": 32, "MXFP4": 32, "MXFP8A16": 32, "MXFP8": 32}
 CALIBRATED = {"gptq", "awq", "int8"}  # the methods that read calibration data
 WEIGHT_ONLY = {"gptq", "awq", "rtn"}  # the methods whose weight bits `bits` sets

@@ -4,6 +4,7 @@ The real quantizations with them are in tests/integration/test_recipes_real.py."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,31 @@ def test_a_preset_vllm_cpu_cannot_serve_is_refused_naming_the_engine_and_the_sch
     assert "not W8A16" in simulation(w8, Settings(cache=tmp_path / "cache"))["w8"]  # simulated at auto
     ok = _campaign(tmp_path, "{name: a4, method: rtn, recipe: {scheme: W4A16_ASYM}}")
     plan(load_config(ok), Settings(cache=tmp_path / "cache"), str(ok))  # one it serves
+
+
+def test_a_group_size_that_does_not_tile_the_models_layers_is_refused_at_plan_time(tmp_path):
+    """SmolLM2's 576-wide layers and a preset grouping by 128 (W4A16_ASYM): llm-compressor refuses it after
+    loading and calibrating (seen 2026-12-03); qeval before anything starts, naming a group that fits."""
+    from qeval.pipeline.plan import plan
+    from qeval.quantize.preflight import group_problem
+    from qeval.settings import Settings
+
+    cfg = _campaign(tmp_path, "{name: a, method: gptq, recipe: {scheme: W4A16_ASYM}}")
+    (tmp_path / "m" / "config.json").write_text(json.dumps(
+        {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "head_dim": 64}))
+    assert "hidden_size 576" in group_problem(tmp_path / "m", 128) and "group_size 64 does" in group_problem(
+        tmp_path / "m", 128)
+    assert group_problem(tmp_path / "m", 64) is None
+    with pytest.raises(ConfigError, match="variant a: recipe.scheme: scheme W4A16_ASYM groups by 128"):
+        plan(load_config(cfg), Settings(cache=tmp_path / "cache"), str(cfg))
+    for ok in ("{name: a, method: gptq, recipe: {group_size: 64, symmetric: false}}",  # the same scheme at 64
+               "{name: a, method: int8}",  # per channel: no groups
+               "{name: a, method: rtn, recipe: {scheme: W4A16_ASYM, ignore: ['re:.*']}}"):  # the team's own ignore
+        cfg = _campaign(tmp_path, ok)
+        (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 576, "intermediate_size": 1536,
+                                                                "num_attention_heads": 9}))
+        plan(load_config(cfg), Settings(cache=tmp_path / "cache"), str(cfg))
+    cfg = _campaign(tmp_path, "{name: a, method: rtn, recipe: {group_size: 128}}")
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 576, "num_attention_heads": 9}))
+    with pytest.raises(ConfigError, match="variant a: recipe.group_size: weight groups of 128"):
+        plan(load_config(cfg), Settings(cache=tmp_path / "cache"), str(cfg))
