@@ -30,27 +30,43 @@ QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class Netns:
-    """A network namespace with loopback only, held open by a sleeping process (started in its own group)."""
+    """A network namespace with loopback only. A sleeping process makes it; this process then holds it
+    by an open descriptor, so the namespace lives as long as the Netns is open, whatever becomes of the
+    sleeper (a cluster that lost it once timed out with every `nsenter` failing: CI at 8fd5d7d)."""
 
     def __init__(self) -> None:
         self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 86400"],
                                        start_new_session=True)
+        self.fd: int | None = None
         deadline = time.monotonic() + 10
         while True:
-            r = subprocess.run([*self.prefix, "ip", "-o", "link", "show", "lo"], capture_output=True, text=True)
+            r = subprocess.run(["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--", "ip", "-o", "link", "show",
+                                "lo"], capture_output=True, text=True)
             if r.returncode == 0 and "UP" in r.stdout.split(">")[0]:
+                self.fd = os.open(f"/proc/{self.holder.pid}/ns/net", os.O_RDONLY)
                 return
             if self.holder.poll() is not None or time.monotonic() > deadline:
+                self.close()
                 raise RuntimeError(f"no network namespace (unshare --net): {r.stderr.strip()}")
             time.sleep(0.05)
 
     @property
     def prefix(self) -> list[str]:
-        return ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+        assert self.fd is not None, "the namespace is closed"
+        return ["nsenter", f"--net=/proc/{os.getpid()}/fd/{self.fd}", "--"]
+
+    def holder_state(self) -> str:
+        """For an error message: what became of the sleeper that made the namespace."""
+        rc = self.holder.poll()
+        return "the namespace's sleeper runs" if rc is None else f"the namespace's sleeper exited ({rc})"
 
     def close(self) -> None:
-        os.killpg(self.holder.pid, signal.SIGKILL)
+        if self.holder.poll() is None:
+            os.killpg(self.holder.pid, signal.SIGKILL)
         self.holder.wait()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def free_port() -> int:
@@ -135,24 +151,32 @@ class Cluster:
         import ray  # noqa: F401  (only to fail early without it)
 
         deadline = time.monotonic() + timeout
+        last = ""
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.proc.poll() is not None:
                     raise RuntimeError(f"ray start for {node.name} exited: "
                                        + (self.root / f"{node.name}.log").read_text()[-2000:])
-            if self._count() >= n:
+            count, last = self._count()
+            if count >= n:
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"{n} Ray nodes not up in {timeout} s")
+        # all a reader needs to tell a slow start from a broken one
+        logs = "\n".join(f"--- {node.name}.log\n" + (self.root / f"{node.name}.log").read_text()[-1500:]
+                         for node in self.nodes)
+        raise TimeoutError(f"{n} Ray nodes not up in {timeout} s; {self.netns.holder_state()}; "
+                           f"last `ray status`: {last[-1500:]}\n{logs}")
 
-    def _count(self) -> int:
+    def _count(self) -> tuple[int, str]:
+        """Nodes `ray status` lists as active, and what it said."""
         r = subprocess.run([*self.run_prefix, str(RAY), "status", f"--address={self.address}"], capture_output=True, text=True,
                            env={**os.environ, **QUIET}, timeout=60)
+        said = f"exit {r.returncode}: {r.stdout[-700:]} {r.stderr[-700:]}"
         if r.returncode != 0:
-            return 0
+            return 0, said
         text = r.stdout
         active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
-        return sum(1 for line in active.splitlines() if line.strip().startswith("1 node_"))
+        return sum(1 for line in active.splitlines() if line.strip().startswith("1 node_")), said
 
     def stop(self) -> list[psutil.Process]:
         """Every process of every node (SIGKILL: nothing of a test cluster needs a clean stop), then the
