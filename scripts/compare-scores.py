@@ -2,7 +2,10 @@
 both runs hold under the same keys: how many differ at all (response or scores), and how many differ in a 0/1
 score. Used to measure what a GPU engine's batch shape moves (results/gpu-2026-12-03-ray).
 
-    python scripts/compare-scores.py RUN_A/results.sqlite RUN_B/results.sqlite
+    python scripts/compare-scores.py RUN_A/results.sqlite RUN_B/results.sqlite [--by-name]
+
+--by-name matches variants by name instead of by key: for two commits whose variant keys differ (issue 14's
+redesign check, results/cpu-2026-12-03-amx/redesign-check.md).
 """
 
 from __future__ import annotations
@@ -13,18 +16,19 @@ import sys
 from collections import defaultdict
 
 
-def records(path: str) -> dict[tuple, tuple[str, str, dict]]:
+def records(path: str, by_name: bool = False) -> dict[tuple, tuple[str, str, dict]]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    return {(vk, sk, item, s): (v, resp, json.loads(scores)) for vk, sk, item, s, v, resp, scores in db.execute(
-        "SELECT variant_key, suite_key, item_id, sample, variant, response, scores FROM records")}
+    return {(v if by_name else vk, sk, item, s): (v, resp, json.loads(scores))
+            for vk, sk, item, s, v, resp, scores in db.execute(
+                "SELECT variant_key, suite_key, item_id, sample, variant, response, scores FROM records")}
 
 
 def binary(scores: dict) -> dict:
     return {m: x for m, x in scores.items() if isinstance(x, (bool, int, float)) and x in (0, 1)}
 
 
-def main(a: str, b: str) -> None:
-    ra, rb = records(a), records(b)
+def main(a: str, b: str, by_name: bool = False) -> None:
+    ra, rb = records(a, by_name), records(b, by_name)
     agg: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for k in ra.keys() & rb.keys():
         (v, resp_a, sa), (_, resp_b, sb) = ra[k], rb[k]
@@ -39,4 +43,4 @@ def main(a: str, b: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:3], by_name="--by-name" in sys.argv[3:])
