@@ -48,7 +48,7 @@ mlflow: {{server: true}}  # log through a real `mlflow server` on loopback
     return cfg
 
 
-def test_campaign_killed_and_resumed(spawn, server, base_model, tmp_path):
+def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_path):
     _, endpoint = server
     cfg = _config(tmp_path, base_model, endpoint)
     db = tmp_path / "runs" / "e2e" / "results.sqlite"
@@ -99,8 +99,12 @@ def test_campaign_killed_and_resumed(spawn, server, base_model, tmp_path):
     rec = RunRecord.load(tmp_path / "runs" / "e2e" / "run.json")
     assert rec.finished_at and rec.verdict in ("PASS", "FAIL")
     same = [c for c in rec.comparisons if c.variant == "same"]
-    # the same model: nothing changes, and the interval (a score interval, never degenerate) holds 0
-    assert same and all(c.delta == 0 and c.ci_low <= 0 <= c.ci_high and c.flip_rate in (None, 0) for c in same)
+    # the same model: the interval (a score interval, never degenerate) holds 0, and nothing changes, except on
+    # an AMX CPU, where two bf16 servers of one checkpoint differ even one request at a time: 15 of 123 records
+    # and 1 of 30 lm-eval answers in a cold run (2026-12-03), 38 of 201 in results/cpu-2026-12-03-amx/redesign-check.md
+    flips = 0 if settings.cpu.kernels() != "amx" else 2
+    assert same and all(c.ci_low <= 0 <= c.ci_high for c in same), same
+    assert all(c.binary and (c.flips_base_only or 0) + (c.flips_variant_only or 0) <= flips for c in same), same
     assert rec.verdicts["same"] == "PASS"
     int8 = {(c.suite, c.metric): c for c in rec.comparisons if c.variant == "int8"}
     assert int8[("custom/capitals", "contains")].n_paired == 53
