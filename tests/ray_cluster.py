@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,8 @@ class Netns:
     def close(self) -> None:
         if self.holder.poll() is None:
             os.killpg(self.holder.pid, signal.SIGKILL)
+        elif self.fd is not None:  # not a failure any more, but what ended it is still unknown: say so in CI's log
+            warnings.warn(f"{self.holder_state()} before the cluster stopped")
         self.holder.wait()
         if self.fd is not None:
             os.close(self.fd)
