@@ -158,17 +158,18 @@ class Cluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.proc.poll() is not None:
-                    raise RuntimeError(f"ray start for {node.name} exited: "
-                                       + (self.root / f"{node.name}.log").read_text()[-2000:])
+                    raise RuntimeError(f"ray start for {node.name} exited: " + self._log_tail(node, 2000))
             count, last = self._count()
             if count >= n:
                 return
             time.sleep(0.5)
         # all a reader needs to tell a slow start from a broken one
-        logs = "\n".join(f"--- {node.name}.log\n" + (self.root / f"{node.name}.log").read_text()[-1500:]
-                         for node in self.nodes)
+        logs = "\n".join(f"--- {node.name}.log\n" + self._log_tail(node, 1500) for node in self.nodes)
         raise TimeoutError(f"{n} Ray nodes not up in {timeout} s; {self.netns.holder_state()}; "
                            f"last `ray status`: {last[-1500:]}\n{logs}")
+
+    def _log_tail(self, node: Node, chars: int) -> str:
+        return (self.root / f"{node.name}.log").read_text()[-chars:]
 
     def _count(self) -> tuple[int, str]:
         """Nodes `ray status` lists as active, and what it said."""
