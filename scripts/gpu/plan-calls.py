@@ -6,12 +6,14 @@ A call carries the working tree as the tool copies it (tracked files plus untrac
 ignore, and a shared/ folder inside the checkout) plus its `carry` paths. The kit folders (.devkit/cN,
 scripts/gpu/build-kit.sh) are ~60 MiB each, so during staging the committed stores
 (results/*/*/results.sqlite*, several MiB) must be out of the tree; `--hold` moves them into .devkit/held/
-(ignored, so it does not travel) and `--restore` puts them back before the run calls, which need them.
+(ignored, so it does not travel); `--restore` puts back what the run calls need (the planned campaigns'
+reference runs, results/*/NAME; the rest stays held: the whole of results/ is over what one call carries) and
+`--restore-all` everything, before a commit. A benchmark call runs with the tree as staged.
 The payload files (.devkit/payload, scripts/gpu/pack-payload.sh) go into the spare room of the kit calls,
 then into calls of their own; this script writes each call's share as hard links in .devkit/pNN.
 
 usage: python3 scripts/gpu/plan-calls.py [CONFIG[:CALLS] ...] [--json PLAN.json]
-       python3 scripts/gpu/plan-calls.py --hold | --restore
+       python3 scripts/gpu/plan-calls.py [CONFIG[:CALLS] ...] --hold | --restore | --restore-all
 (default: configs/gpu-llama8b.yaml, one run call, then configs/gpu-smollm2.yaml, three: see README.md)
 """
 
@@ -156,23 +158,31 @@ def plan(campaigns: list[tuple[str, int]], write: bool) -> dict:
                      "tree_mib": round(slim / MiB, 2), "total_mib": round((c["size"] + slim) / MiB, 2),
                      "est_device_s": est, "command": " && ".join(cmd)})
     budget = CALL_S - GRACE_S - OVERHEAD_S
-    if full > LIMIT - MARGIN:
-        big = sorted((f for f in files if f.startswith("results/")), key=lambda f: -files[f])[:5]
-        die(f"the whole tree is {mib(full)} MiB: over the limit for the run calls; move out results of other "
-            "campaigns, e.g. " + ", ".join(f"{f} ({mib(files[f])} MiB)" for f in big))
-    for cfg, n in campaigns:
+    for cfg, _ in campaigns:
         if not (ROOT / cfg).is_file():
             die(f"no campaign file {cfg}")
+    # a run call needs only its campaigns' reference runs (results/*/NAME, device-run.sh); the other held
+    # files stay out, as results/ grows past what one call carries
+    names = {campaign_name(ROOT / cfg) for cfg, _ in campaigns}
+    keep = [f for f in held if len(f.split("/")) > 3 and f.split("/")[2] in names]
+    run_held = [f for f in held if f not in keep]
+    run_tree = full - sum(files[f] for f in run_held)
+    if campaigns and run_tree > LIMIT - MARGIN:
+        big = sorted((f for f in files if f.startswith("results/") and f not in run_held), key=lambda f: -files[f])[:5]
+        die(f"the run calls' tree is {mib(run_tree)} MiB with {', '.join(sorted(names))}'s reference runs: over "
+            "the limit; move out other results, e.g. " + ", ".join(f"{f} ({mib(files[f])} MiB)" for f in big))
+    for cfg, n in campaigns:
         for k in range(n):
             rows.append({"call": len(rows) + 1, "phase": "run", "carry": [], "carry_mib": 0.0,
-                         "tree_mib": round(full / MiB, 2), "total_mib": round(full / MiB, 2),
+                         "tree_mib": round(run_tree / MiB, 2), "total_mib": round(run_tree / MiB, 2),
                          "est_device_s": budget + GRACE_S + OVERHEAD_S,
                          "command": f"bash scripts/gpu/device-run.sh {cfg} {budget}"})
     for r in rows:
         assert len(r["carry"]) <= MAX_CARRY and len(r["command"]) <= MAX_COMMAND, r
         assert r["total_mib"] * MiB <= LIMIT - MARGIN, r
     return {"limit_mib": LIMIT / MiB, "margin_mib": MARGIN / MiB, "tree_full_mib": round(full / MiB, 2),
-            "tree_staging_mib": round(slim / MiB, 2), "hold": held, "calls": rows,
+            "tree_staging_mib": round(slim / MiB, 2), "hold": held, "restore": keep, "calls": rows,
+            "campaigns": campaigns,
             "timeout_s": CALL_S, "run_budget_s": budget, "grace_s": GRACE_S}
 
 
@@ -185,16 +195,28 @@ def hold(p: dict) -> None:
     print(f"held {len(held_files())} files in {HELD.relative_to(ROOT)}; tree now {mib(sum(tree_files().values()))} MiB")
 
 
-def restore() -> None:
-    back = held_files()
+def campaign_name(cfg: Path) -> str:
+    # the top-level `name:` (no YAML parser: this runs with any python3)
+    m = re.search(r"^name:\s*['\"]?([^'\"\s#]+)", cfg.read_text(), re.M)
+    if not m:
+        die(f"{cfg}: no top-level `name:`")
+    return m.group(1)
+
+
+def restore(only: list[str] | None = None) -> None:
+    """Put the held files back: all of them, or `only` (what the run calls need); the rest stay held."""
+    back = [p for p in held_files() if only is None or str(p.relative_to(HELD)) in only]
     for src in back:
         dst = ROOT / src.relative_to(HELD)
         if dst.exists():
             die(f"{dst.relative_to(ROOT)} exists again: compare it with {src.relative_to(ROOT)} and keep one")
         dst.parent.mkdir(parents=True, exist_ok=True)
         src.replace(dst)
-    shutil.rmtree(HELD, ignore_errors=True)
-    print(f"restored {len(back)} files; tree now {mib(sum(tree_files().values()))} MiB")
+    left = held_files()
+    if not left:
+        shutil.rmtree(HELD, ignore_errors=True)
+    print(f"restored {len(back)} files; tree now {mib(sum(tree_files().values()))} MiB"
+          + (f"; {len(left)} still held (`--restore-all` before any commit)" if left else ""))
 
 
 def show(p: dict) -> None:
@@ -211,7 +233,8 @@ def show(p: dict) -> None:
         print(f"| {r['call']} | `{carry}` | {r['carry_mib']:.1f} | {r['tree_mib']:.1f} | {r['total_mib']:.1f} | "
               f"{'<= ' if r['phase'] == 'run' else '~'}{r['est_device_s']} | `{r['command']}` |")
         if r["call"] == stage_end:
-            print("| - | - | | | | | here: `python3 scripts/gpu/plan-calls.py --restore` |")
+            args = " ".join(f"{c}:{n}" for c, n in p["campaigns"])
+            print(f"| - | - | | | | | here: `python3 scripts/gpu/plan-calls.py {args} --restore` |")
     stage = sum(r["est_device_s"] for r in p["calls"] if r["phase"] == "stage")
     run = sum(r["est_device_s"] for r in p["calls"] if r["phase"] == "run")
     print(f"\nstaging ~{stage} s of device time, run calls at most {run} s (each: qeval gets SIGINT at "
@@ -230,9 +253,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the plan here")
     act = ap.add_mutually_exclusive_group()
     act.add_argument("--hold", action="store_true", help="move the files the staging calls must not carry out")
-    act.add_argument("--restore", action="store_true", help="put the held files back (before the run calls)")
+    act.add_argument("--restore", action="store_true",
+                     help="put back what the run calls of these campaigns need (their reference runs)")
+    act.add_argument("--restore-all", action="store_true", help="put every held file back (before a commit)")
     a = ap.parse_args()
-    if a.restore:
+    if a.restore_all:
         return restore()
     campaigns = []
     for c in a.campaigns:
@@ -240,7 +265,9 @@ def main() -> None:
         if n and not n.isdigit():
             die(f"{c}: CALLS after ':' must be a number")
         campaigns.append((cfg, int(n or 1)))
-    p = plan(campaigns, write=not a.hold)
+    p = plan(campaigns, write=not (a.hold or a.restore))
+    if a.restore:
+        return restore(p["restore"])
     if a.hold:
         return hold(p)
     show(p)
