@@ -90,8 +90,9 @@ def _verdicts(run_dir: Path) -> tuple[dict, list]:
 def uninterrupted(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("whole")
     config = _campaign(root, token_delay_s=DELAY)
-    campaign.run(load_config(config), Settings(cache=root / "cache", share_records=False),
-                 reporter=PlainReporter(lambda s: None), config_file=str(config))
+    # the settings the killed runs' `qeval` reads (QEVAL_EMULATE_CPU included), so their keys are the same
+    settings = Settings.from_env({**os.environ, "QEVAL_CACHE": str(root / "cache"), "QEVAL_RECORDS": "off"})
+    campaign.run(load_config(config), settings, reporter=PlainReporter(lambda s: None), config_file=str(config))
     return root / "runs" / "p"
 
 

@@ -5,6 +5,7 @@ the store; stop_variant_on_fail skips what is left of a failed variant (NOT_RUN,
 from __future__ import annotations
 
 import dataclasses
+import os
 import json
 import sqlite3
 from pathlib import Path
@@ -54,8 +55,10 @@ SEQ = "{rules: [{match: '*', margin: 0.05}], sequential: {method: gsd, look_ever
 
 def _run(root: Path, gates: str, name: str = "s"):
     config = _campaign(root, gates, name)
-    return campaign.run(load_config(config), Settings(cache=root / "cache", share_records=False),
-                        reporter=PlainReporter(lambda s: None), config_file=str(config))
+    # what a `qeval run` of it reads (QEVAL_EMULATE_CPU included): the Ray test compares its keys with this run's
+    settings = Settings.from_env({**os.environ, "QEVAL_CACHE": str(root / "cache"), "QEVAL_RECORDS": "off"})
+    return campaign.run(load_config(config), settings, reporter=PlainReporter(lambda s: None),
+                        config_file=str(config))
 
 
 def _stored(run_dir: Path, variant: str, suite: str) -> list[str]:
