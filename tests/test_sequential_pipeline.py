@@ -5,8 +5,8 @@ the store; stop_variant_on_fail skips what is left of a failed variant (NOT_RUN,
 from __future__ import annotations
 
 import dataclasses
-import os
 import json
+import os
 import sqlite3
 from pathlib import Path
 
