@@ -41,8 +41,19 @@ SERIAL = {"gpu_memory_utilization": 0.5, "extra_args": []}
 
 def measure(name: str, memory: dict, probe: dict, omp: str | None) -> dict:
     """Start the server, probe it, stop it: the figures per concurrency (runs here or inside a Ray task)."""
-    if omp is not None:
+    before = os.environ.get("OMP_NUM_THREADS")
+    if omp is not None:  # the engine inherits this process's environment; put it back for the next run
         os.environ["OMP_NUM_THREADS"] = omp
+    try:
+        return _measure(name, memory, probe)
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+def _measure(name: str, memory: dict, probe: dict) -> dict:
     settings = Settings.from_env()
     spec = VllmSpec(device="gpu", enforce_eager=True, max_model_len=2048, dtype="bfloat16", startup_timeout_s=600,
                     **memory)
@@ -88,16 +99,9 @@ def main() -> None:
     host = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     doc = {"host": [ln for ln in host.splitlines() if ln.startswith(("Model name", "CPU(s)"))],
            "machine": platform.node(), "probe": probe, "runs": []}
-    base_omp = os.environ.get("OMP_NUM_THREADS")
     for name in args.order:
-        if name == "ray":
-            run = in_ray(probe)
-        else:
-            run = measure(name, PACKED if name == "kv" else SERIAL, probe, "2" if name == "omp2" else None)
-            if base_omp is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = base_omp
+        run = in_ray(probe) if name == "ray" else measure(name, PACKED if name == "kv" else SERIAL, probe,
+                                                           "2" if name == "omp2" else None)
         doc["runs"].append(run)
         print(name, json.dumps({c: round(v["tpot_mean_ms"], 2) for c, v in run["steps"].items()}),
               f"start {run['start_s']} s, probe {run['probe_s']} s, OMP {run['omp_num_threads']}", flush=True)
