@@ -102,6 +102,7 @@ def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_at_plan_time(tmp_pat
     seen under QEVAL_EMULATE_CPU=avx2): the plan refuses it, naming engine.kv_cache_dtype; AVX-512 and GPUs serve it."""
     from qeval.config import ProbeSpec, VariantSpec
     from qeval.engines.vllm import VllmSpec
+    from qeval.pipeline.plan import plan
 
     amd, skx, v = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path), VariantSpec(name="kv", method="bf16")
     for kv in ("fp8", "fp8_e4m3", "fp8_e5m2"):
@@ -110,8 +111,6 @@ def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_at_plan_time(tmp_pat
         assert VllmEngine.check_plan(VllmSpec(kv_cache_dtype=kv), v, ProbeSpec(), skx) is None
         assert VllmEngine.check_plan(VllmSpec(device="gpu", kv_cache_dtype=kv), v, ProbeSpec(), amd) is None
     assert VllmEngine.check_plan(VllmSpec(), v, ProbeSpec(), amd) is None
-    from qeval.pipeline.plan import plan
-
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     cfg = CampaignConfig.model_validate({

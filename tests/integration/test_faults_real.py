@@ -130,7 +130,8 @@ suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
 mlflow: {{enabled: false}}
 """)
-    assert Settings.from_env().modelopt.exists(), "built by `make setup` (scripts/env-modelopt.sh)"
+    settings = Settings.from_env()
+    assert settings.modelopt.exists(), "built by `make setup` (scripts/env-modelopt.sh)"
     out = run_qeval(spawn, "run", str(cfg))
     assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
     rec = RunRecord.load(tmp_path / "runs" / "modelopt" / "run.json")
@@ -138,7 +139,7 @@ mlflow: {{enabled: false}}
     assert mo.status == "error" and rec.verdicts["mo-fp8"] == "NOT_EVALUATED"
     # the root cause, quoted from the log: no FP8 kernel; on an AVX2-only CPU, where qeval serves float32, vLLM
     # refuses the dtype first (seen under QEVAL_EMULATE_CPU=avx2)
-    cause = ("float32 is not supported for quantization method modelopt" if Settings.from_env().cpu.kernels() == "avx2"
+    cause = ("float32 is not supported for quantization method modelopt" if settings.cpu.kernels() == "avx2"
              else "static_scaled_fp8_quant")
     assert "mo-fp8" in mo.error and cause in mo.error, mo.error
     ckpt = json.loads((Path(mo.checkpoint) / "hf_quant_config.json").read_text())
