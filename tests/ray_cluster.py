@@ -117,14 +117,14 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _start(self, name: str, head: bool, num_cpus: int, env: dict[str, str]) -> Node:
+    def _start(self, name: str, head: bool, num_cpus: int, env: dict[str, str], num_gpus: int = 0) -> Node:
         self.root.mkdir(parents=True, exist_ok=True)
         token = uuid.uuid4().hex
         cache = self.root / name / "cache"
         tmp = Path("/tmp") / f"ray-{token[:8]}"  # Ray's socket paths must stay short: not under pytest's tmp
         tmp.mkdir()
         self.temp_dirs.append(tmp)
-        argv = [str(RAY), "start", "--block", f"--num-cpus={num_cpus}", "--num-gpus=0",
+        argv = [str(RAY), "start", "--block", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
                 f"--resources={{\"{name}\": 1}}", "--object-store-memory=100000000", "--disable-usage-stats",
                 f"--temp-dir={tmp}"]
         argv += (["--head", f"--port={self.port}", "--include-dashboard=false"] if head
@@ -136,13 +136,16 @@ class Cluster:
         self.nodes.append(node)
         return node
 
-    def start(self, workers: int = 1, env: dict[str, str] | None = None) -> "Cluster":
+    def start(self, workers: int = 1, env: dict[str, str] | None = None, gpus: dict[str, int] | None = None) -> "Cluster":
+        """`gpus`: GPUs a node declares, by its name ("head", "worker1", ...). Ray counts them and gives each task
+        its own (CUDA_VISIBLE_DEVICES) without looking for hardware: placement and isolation, not CUDA."""
+        gpus = gpus or {}
         self.netns = Netns()
         try:
-            self._start("head", True, 1, env or {})
+            self._start("head", True, 1, env or {}, gpus.get("head", 0))
             self._wait(1)
             for i in range(workers):
-                self._start(f"worker{i + 1}", False, 1, env or {})
+                self._start(f"worker{i + 1}", False, 1, env or {}, gpus.get(f"worker{i + 1}", 0))
             self._wait(1 + workers)
         except BaseException:
             self.stop()

@@ -15,17 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.pipeline.leases import overlaps
 from tests.conftest import kill_tree
 from tests.ray_cluster import QUIET, Cluster, free_port
-from tests.test_pipeline_fake import N, _campaign, _records, _rows, _verdicts
+from tests.test_pipeline_fake import N, _campaign, _records, _rows, _suites, _verdicts
 
 QEVAL = [sys.executable, "-m", "qeval.cli"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("ray")).start(workers=1)
+    # GPUs declared, not present: the head one, the worker two (for the tensor-parallel test)
+    c = Cluster(tmp_path_factory.mktemp("ray")).start(workers=1, gpus={"head": 1, "worker1": 2})
     yield c
     left = c.stop()
     assert left == [], f"Ray processes left behind: {left}"
@@ -218,3 +220,61 @@ def test_sequential_gates_on_ray_stop_where_the_local_run_stops(cluster, spawn, 
     used = lambda gates: sorted((g["variant"], g["suite"], g["verdict"], g["items_used"]) for g in gates)  # noqa: E731
     assert used(rec["gates"]) == used([g.model_dump() for g in local.record.gates])
     assert any(g["items_used"] == 100 for g in rec["gates"] if g["variant"] == "bad")
+
+
+def _tp_campaign(root: Path) -> Path:
+    """A baseline and two variants quantized first (the fake quantizer, 1 s each), each served on two GPUs."""
+    answers = _suites(root)
+    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers, quantize_s=1.0))
+    path = root / "tp.yaml"
+    path.write_text("""\
+name: tp
+model: {path: ck/base}
+output_dir: runs
+baseline: {name: base, method: bf16}
+variants:
+  - {name: q1, method: rtn, quantizer: fake}
+  - {name: q2, method: int8, quantizer: fake}
+engine: {kind: fake, device: gpu, tensor_parallel_size: 2, startup_timeout_s: 30}
+suites:
+  - {kind: custom, path: facts.yaml, concurrency: 1}
+gates: {rules: [{match: "*", margin: 0.4}]}
+mlflow: {enabled: false}
+""")
+    return path
+
+
+def test_a_tensor_parallel_variant_is_quantized_on_one_gpu_then_served_on_two_where_it_was_made(cluster, spawn,
+                                                                                            tmp_path):
+    """Quantizing takes one GPU, serving tensor_parallel_size: the make task holds one, so a variant's other GPU
+    is not held idle meanwhile. The head declares one GPU (it could quantize, never serve): the make task is
+    kept on a node that can serve (the worker, two GPUs), and the serving task follows it there, finding its
+    checkpoint made. The records are the local executor's."""
+    local = tmp_path / "local"
+    local.mkdir()
+    r = subprocess.run([*QEVAL, "run", str(_tp_campaign(local)), "--no-mlflow"], capture_output=True, text=True,
+                       env={**os.environ, "QEVAL_CACHE": str(local / "cache"), "QEVAL_RECORDS": "off"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    root = tmp_path / "ray"
+    root.mkdir()
+    config = _on_ray(_tp_campaign(root), f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.25}}')
+    out = root / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(root),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=300) == 0, out.read_text()[-3000:]
+    text, run_dir = out.read_text(), root / "runs" / "tp"
+    assert _records(run_dir) == _records(local / "runs" / "tp")
+    record = json.loads((run_dir / "run.json").read_text())
+    by_name = {v["name"]: v for v in record["variants"]}
+    leases = json.loads((run_dir / "leases.json").read_text())["leases"]
+    for name in ("q1", "q2"):
+        made = re.search(rf"^\[{name}\] making its checkpoint on (.+)$", text, re.M)
+        served = re.search(rf"^\[{name}\] running on (.+)$", text, re.M)
+        assert made and served and "(worker1)" in made[1] and served[1] == made[1], text[-3000:]
+        log = (run_dir / "logs" / f"quantize-{name}.log").read_text()  # streamed from the worker node
+        assert re.search(r"CUDA_VISIBLE_DEVICES=\d+ ", log), log  # one GPU, not two
+        assert by_name[name]["quantize_seconds"] >= 1.0  # made by its own task, on the record as if inline
+        held = {h["holder"].split("#")[1]: len(h["keys"]) for h in leases if h["holder"].startswith(f"{name}#")}
+        assert held == {"1": 1, "2": 2}, leases  # the make task one GPU, the serving task two
+    assert "making its checkpoint" not in re.findall(r"^\[base\] .*$", text, re.M)[0]  # the base is not made

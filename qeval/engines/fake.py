@@ -58,6 +58,7 @@ class FakeEngineSpec(BaseModel):
     # linearly to none over `cold_requests` generations
     cold_requests: int = Field(0, ge=0)
     cold_factor: float = Field(1.0, ge=1)
+    quantize_s: float = Field(0.0, ge=0)  # how long the fake quantizer (quantize/fake.py) takes to make a variant of it
     start_delay_s: float = Field(0.0, ge=0)  # it sleeps this long before it listens, at every start
     dies_after: int | None = Field(None, ge=0)  # the server exits once it has answered this many requests
     hangs_after: int | None = Field(None, ge=0)  # it stops answering anything, /health too, after this many

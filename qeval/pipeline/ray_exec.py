@@ -3,13 +3,15 @@
 Placement, node loss and GPU isolation are Ray's; qeval writes no scheduler. Each task asks what its
 variant needs (CPUs, `tensor_parallel_size` GPUs on one node or a fraction of one, custom resources),
 runs `run_variant` on its node with that node's own cache and workspace, and streams its records back
-(remote.py); this driver, the only writer of the store and run.json, merges them as they arrive. A task
+(remote.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of its
+own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the store and run.json, merges them as they arrive. A task
 whose worker or node is lost is run again (bounded) from what was merged: nothing lost, nothing twice.
 No shared filesystem is assumed: probe, grid and log files travel with the stream.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import socket
@@ -59,7 +61,8 @@ class Demand:
 
 @dataclass(frozen=True)
 class Placed:
-    node: str  # where the task runs: "<ip> <node id prefix>"
+    node: str  # where the task runs: "<host> node <node id prefix> (<its labels>)"
+    node_id: str = ""  # Ray's hex id of that node
 
 
 def _custom(resource: str) -> bool:
@@ -86,6 +89,19 @@ def _reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
         raise QevalError(f"no Ray cluster reachable at {where}: {e}") from None
 
 
+def _here(ray, gpus: float, needs: str) -> tuple[Placed, list[str], str | None]:
+    """Where this task runs; the devices its stages lease (the GPUs Ray gave it, a shared one too when packed,
+    else its node's CPUs); and, when it was given whole GPUs, why the count is not what it `needs`."""
+    me = ray.get_runtime_context().get_node_id()
+    labels = sorted(k for n in ray.nodes() if n["NodeID"] == me for k in n["Resources"] if _custom(k))
+    placed = Placed(f"{socket.gethostname()} node {me[:8]}" + (f" ({', '.join(labels)})" if labels else ""), me)
+    seen = ray.get_gpu_ids()
+    wrong = None
+    if gpus >= 1 and len(seen) != int(gpus):  # whole GPUs: the tool must see exactly the ones Ray gave this task
+        wrong = f"the task was given {len(seen)} GPU(s) {seen}, {needs} {int(gpus)}"
+    return placed, [f"{me}/gpu{g}" for g in seen] or [f"{me}/cpu"], wrong
+
+
 def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float, book, holder: str,
                  reference=None) -> Iterator[Any]:
     """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream, each
@@ -94,22 +110,27 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
     from .variant import VariantOutcome
 
     ray = _ray()
-    ctx = ray.get_runtime_context()
-    me = ctx.get_node_id()
-    labels = sorted(k for n in ray.nodes() if n["NodeID"] == me for k in n["Resources"] if _custom(k))
-    yield Placed(f"{socket.gethostname()} node {me[:8]}" + (f" ({', '.join(labels)})" if labels else ""))
-    if gpus >= 1:  # whole GPUs: the engine must see exactly the ones Ray gave this task
-        seen = ray.get_gpu_ids()
-        if len(seen) != int(gpus):
-            yield Done(VariantOutcome(name=plan.name, status="error", error=(
-                f"the task was given {len(seen)} GPU(s) {seen}, the engine needs {int(gpus)} "
-                "(tensor_parallel_size)")), {})
-            return
-    # its devices: the GPUs Ray gave it (a shared one too, when packed), else its node's CPUs
-    keys = [f"{me}/gpu{g}" for g in ray.get_gpu_ids()] or [f"{me}/cpu"]
+    placed, keys, wrong = _here(ray, gpus, "the engine needs (tensor_parallel_size)")
+    yield placed
+    if wrong:
+        yield Done(VariantOutcome(name=plan.name, status="error", error=wrong), {})
+        return
     # the baseline's records come from the driver's box once its suites are done: waited for at the first suite
     pending = (lambda: ray.get(reference.get.remote())) if reference is not None else None
     yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder), reference=pending)
+
+
+def make_task(plan: "VariantPlan", gpus: float, book, holder: str) -> Iterator[Any]:
+    """The make-only task's body (remote.make_stream), on a node able to serve the variant after it."""
+    from .remote import Made, make_stream
+
+    ray = _ray()
+    placed, keys, wrong = _here(ray, gpus, "its quantizer needs")
+    yield placed
+    if wrong:
+        yield Made({}, wrong)
+        return
+    yield from make_stream(plan, guard=_guard(ray, book, keys, holder))
 
 
 class ReferenceBox:
@@ -192,6 +213,34 @@ class RayExecutor:
         gpus = (s.gpu_fraction or tp) if gpu else 0
         return Demand(s.num_cpus, gpus, dict(s.resources))
 
+    def make_demand(self, plan: "VariantPlan", serve: Demand) -> Demand | None:
+        """What making the variant's checkpoint asks, where it is less than serving it: one GPU of a
+        tensor-parallel variant's several (quantizers compute on one); None: made in the serving task."""
+        from .variant import made_here
+
+        if serve.num_gpus <= 1 or not made_here(plan):
+            return None
+        return Demand(serve.num_cpus, 1, serve.resources)
+
+    @staticmethod
+    def _holders(ray, d: Demand) -> list[str]:
+        """The live nodes whose whole resources can hold the demand."""
+        need = d.as_dict()
+        return [n["NodeID"] for n in ray.nodes()
+                if n.get("Alive") and all(n["Resources"].get(k, 0) >= v for k, v in need.items())]
+
+    def _makes(self, ray, plans: Sequence["VariantPlan"], demands: dict[str, Demand]) -> dict[str, tuple[Demand, dict]]:
+        """Per variant made in a task of its own: its demand and the Ray options that keep it on a node that can
+        serve the variant afterwards (a label selector on node ids, where some node could make but not serve)."""
+        out = {}
+        for p in plans:
+            if (md := self.make_demand(p, demands[p.name])) is None:
+                continue
+            serve, make = self._holders(ray, demands[p.name]), self._holders(ray, md)
+            opts = {} if set(make) <= set(serve) else {"label_selector": {"ray.io/node-id": f"in({','.join(serve)})"}}
+            out[p.name] = (md, opts)
+        return out
+
     def _check_fits(self, ray, demands: dict[str, Demand]) -> None:
         """A variant no node can hold would wait forever: refused before anything is submitted."""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -257,6 +306,7 @@ class RayExecutor:
         from .leases import LeaseBook
 
         task = ray.remote(variant_task)
+        makes = self._makes(ray, plans, demands)
 
         # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -265,21 +315,25 @@ class RayExecutor:
         looks = any(p.gates is not None for p in plans[1:])
         box = ray.remote(num_cpus=0)(ReferenceBox).options(scheduling_strategy=here).remote() if looks else None
         try:
-            yield from self._follow(ray, task, book, box, plans, demands, workspace, sink, reporter)
+            yield from self._follow(ray, task, book, box, plans, demands, makes, workspace, sink, reporter)
         finally:
             _write_leases(workspace, ray.get(book.history.remote()))
             ray.kill(book)
             if box is not None:
                 ray.kill(box)
 
-    def _follow(self, ray, task, book, box, plans, demands, workspace: Path, sink,
+    def _follow(self, ray, task, book, box, plans, demands, makes, workspace: Path, sink,
                 reporter) -> Iterator["VariantOutcome"]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         from .monitor import Reference
-        from .remote import Begin, Complete, Done, Files, Log, Put, Stage, shipped_files, unpack
+        from .remote import Begin, Complete, Done, Files, Log, Made, Put, Stage, shipped_files, unpack
+        from .variant import VariantOutcome
 
         q: queue.Queue = queue.Queue()
         by_name = {p.name: p for p in plans}
-        attempt: dict[str, int] = {}
+        attempt: dict[str, int] = {}  # tasks submitted per variant (its make task and its serving task count)
+        lost: dict[str, int] = {}  # tasks whose worker or node was lost, per variant
         gens: dict[str, Any] = {}
         node: dict[str, str] = {}
         # all are submitted at once; a variant whose gates look waits, at its first suite, for the baseline's
@@ -298,15 +352,30 @@ class RayExecutor:
                 give_reference(outcome.key if outcome.status == "ok" else None)
             return outcome
 
+        ids: dict[str, str] = {}  # variant -> Ray's id of the node it last ran on
+        made: dict[str, tuple[str, dict]] = {}  # variant -> the node its make task ran on, what making recorded
+        make_task_ = ray.remote(make_task)
+
         def submit(p: "VariantPlan") -> None:
             attempt[p.name] = attempt.get(p.name, 0) + 1
-            d = demands[p.name]
-            # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
-            gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
-                               resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}").remote(
-                p, sink.stored(p.name, with_records=p.gates is not None and p.role == "variant"),
-                shipped_files(workspace, TO_DRIVER), d.num_gpus, book,
-                f"{p.name}#{attempt[p.name]}", box if p.role == "variant" and p.gates is not None else None)
+            holder = f"{p.name}#{attempt[p.name]}"
+            if p.name in makes and p.name not in made:  # its checkpoint first, holding one GPU, not all it serves on
+                d, opts = makes[p.name]
+                gen = make_task_.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
+                                         resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}:make",
+                                         **opts).remote(p, d.num_gpus, book, holder)
+            else:
+                d = demands[p.name]
+                # where its checkpoint was made, unless that node is gone or cannot hold it (then made again there)
+                where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(made[p.name][0], soft=True)} \
+                    if p.name in made else {}
+                # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
+                gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
+                                   resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}",
+                                   **where).remote(
+                    p, sink.stored(p.name, with_records=p.gates is not None and p.role == "variant"),
+                    shipped_files(workspace, TO_DRIVER), d.num_gpus, book, holder,
+                    box if p.role == "variant" and p.gates is not None else None)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
@@ -328,8 +397,18 @@ class RayExecutor:
                 continue  # what a lost attempt still sent, or a variant already settled
             where = node.get(name, "")
             if isinstance(msg, Placed):
-                node[name] = msg.node
-                reporter.log(f"[{name}] running on {msg.node}" + (f" (attempt {n})" if n > 1 else ""))
+                node[name], ids[name] = msg.node, msg.node_id
+                what = "making its checkpoint" if name in makes and name not in made else "running"
+                again = lost.get(name, 0)
+                reporter.log(f"[{name}] {what} on {msg.node}" + (f" (attempt {again + 1})" if again else ""))
+            elif isinstance(msg, Made):
+                if msg.error is not None:
+                    left.discard(name)
+                    yield settled(name, VariantOutcome(name=name, status="error", error=msg.error, **msg.facts))
+                else:
+                    made[name] = (ids[name], msg.facts)
+                    node.pop(name, None)  # not started until its serving task is placed
+                    submit(by_name[name])
             elif isinstance(msg, Log):
                 reporter.log(msg.text)
             elif isinstance(msg, Stage):
@@ -347,7 +426,10 @@ class RayExecutor:
             elif isinstance(msg, Done):
                 unpack(msg.files, workspace)
                 left.discard(name)
-                yield settled(name, msg.outcome)
+                out = msg.outcome
+                if name in made and out.quantize_seconds is None:  # made by its own task, found made here
+                    out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
+                yield settled(name, out)
             elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                 left.discard(name)
                 yield settled(name, not_evaluated(name, "its Ray task ended without an outcome", reporter))
@@ -358,15 +440,16 @@ class RayExecutor:
             elif isinstance(msg, Exception):  # its worker or node was lost
                 ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
                 why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
-                if n <= self.spec.max_retries:
+                lost[name] = k = lost.get(name, 0) + 1
+                if k <= self.spec.max_retries:
                     reporter.log(f"[{name}] lost its worker on {where or 'a node'} ({why}); run again "
-                                 f"({n} of {self.spec.max_retries}), resuming from the merged records")
+                                 f"({k} of {self.spec.max_retries}), resuming from the merged records")
                     node.pop(name, None)
                     submit(by_name[name])
                 else:
                     left.discard(name)
                     yield settled(name, not_evaluated(
-                        name, f"lost its worker {n} times, the last on {where or 'a node'} ({why})", reporter))
+                        name, f"lost its worker {k} times, the last on {where or 'a node'} ({why})", reporter))
 
     def _over_budget(self, ray, t0, left, node, gens, by_name, attempt, reporter) -> Iterator["VariantOutcome"]:
         """Past max_seconds, variants not yet placed on a node are not started (as the local executor does)."""

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from ..engines.process import pid_alive
+from ..errors import MissingEnvError, QuantizeError
 from ..settings import Settings
 from ..store import Record, ResultsStore
 from .leases import Guard, unguarded
 from .plan import VariantPlan
-from .variant import VariantOutcome, run_variant
+from .variant import VariantOutcome, make_checkpoint, run_variant
 
 # what a worker sends back besides records: the variant's files the driver keeps in its run folder
 SHIPPED = ("probe", "grid", "logs")
@@ -93,7 +94,15 @@ class Files:
     files: dict[str, bytes]  # logs as they stand at the end of a step: a task cut later leaves them with the driver
 
 
-Message = Union[Log, Stage, Begin, Put, Complete, Files, Done]
+@dataclass(frozen=True)
+class Made:
+    """The end of a make-only unit (make_stream): what making the checkpoint recorded, or why it failed."""
+
+    facts: dict[str, object]
+    error: str | None = None
+
+
+Message = Union[Log, Stage, Begin, Put, Complete, Files, Done, Made]
 
 
 class StreamSink:
@@ -231,6 +240,30 @@ def node_workspace(settings: Settings, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}@{host}.pid{os.getpid()}-", dir=root))
 
 
+def _streamed(work: Callable[[Callable[[Message], None]], Message], name: str) -> Iterator[Message]:
+    """Run `work` in a thread and yield what it emits as it emits it; its return value last. The unit's code
+    calls its sink and reporter from deep inside; the thread lets this generator yield meanwhile."""
+    q: queue.Queue = queue.Queue()
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["last"] = work(q.put)
+        except BaseException as e:  # an unexpected fault travels to the driver as the task's error
+            result["error"] = e
+        finally:
+            q.put(_END)
+
+    t = threading.Thread(target=run, name=f"qeval-{name}", daemon=True)
+    t.start()
+    while (msg := q.get()) is not _END:
+        yield msg
+    t.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    yield result["last"]  # type: ignore[misc]
+
+
 def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], settings: Settings | None = None,
                    workspace: Path | None = None, guard: Guard = unguarded, reference=None) -> Iterator[Message]:
     """Run one variant on this node and yield what it produces, as it produces it; the last message is
@@ -241,28 +274,39 @@ def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], s
     own = workspace is None
     ws = node_workspace(settings, plan.name) if own else workspace
     unpack(files, ws)
-    q: queue.Queue = queue.Queue()
-    sink = StreamSink(stored, q.put, settings.records if settings.share_records else None)
-    result: dict[str, object] = {}
 
-    def work() -> None:
-        try:
-            result["outcome"] = run_variant(plan, ws, sink, StreamReporter(q.put, ws), guard, reference)
-        except BaseException as e:  # an unexpected fault travels to the driver as the task's error
-            result["error"] = e
-        finally:
-            q.put(_END)
+    def work(emit: Callable[[Message], None]) -> Message:
+        sink = StreamSink(stored, emit, settings.records if settings.share_records else None)
+        outcome = run_variant(plan, ws, sink, StreamReporter(emit, ws), guard, reference)
+        return Done(outcome, shipped_files(ws))
 
-    # run_variant calls the sink from deep inside the suites; the thread lets this generator yield meanwhile
-    t = threading.Thread(target=work, name=f"qeval-{plan.name}", daemon=True)
-    t.start()
     try:
-        while (msg := q.get()) is not _END:
-            yield msg
-        t.join()
-        if "error" in result:
-            raise result["error"]  # type: ignore[misc]
-        yield Done(result["outcome"], shipped_files(ws))  # type: ignore[arg-type]
+        yield from _streamed(work, plan.name)
     finally:
         if own:
             shutil.rmtree(ws, ignore_errors=True)
+
+
+def make_stream(plan: VariantPlan, settings: Settings | None = None, guard: Guard = unguarded) -> Iterator[Message]:
+    """Only make the variant's checkpoint on this node (quantize it into the node's cache, unless it is there):
+    a unit of its own where making needs less than serving (one GPU of a tensor-parallel variant's several),
+    so the rest are not held idle meanwhile. Its log lines and quantizer log stream as a variant's do; the
+    last message is Made. The serving unit that follows on this node finds the checkpoint made."""
+    settings = settings or Settings.from_env()
+    plan = on_node(plan, settings)
+    ws = node_workspace(settings, plan.name)
+
+    def work(emit: Callable[[Message], None]) -> Message:
+        reporter = StreamReporter(emit, ws)
+        try:
+            with guard("shared"):
+                _, facts = make_checkpoint(plan, ws, reporter)
+        except (QuantizeError, MissingEnvError) as e:
+            reporter.log(f"[{plan.name}] NOT EVALUATED: {e}")
+            return Made({}, str(e))
+        return Made(facts)
+
+    try:
+        yield from _streamed(work, plan.name)
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)

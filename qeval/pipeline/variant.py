@@ -351,16 +351,21 @@ class _Run:
         return assemble(self.plan.grid, self.plan.slo, load_rows(rows), errors)
 
 
+def made_here(plan: VariantPlan) -> bool:
+    """Whether the variant's checkpoint is made by a quantizer (else it is the base, or one given as is)."""
+    v = plan.variant
+    # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
+    return v.method != "external" and v.checkpoint is None and v.method not in UNQUANTIZED
+
+
 def make_checkpoint(plan: VariantPlan, workspace: Path, reporter: Reporter) -> tuple[Path | None, dict[str, Any]]:
     """The checkpoint the variant is served from (quantized into the machine's cache, unless it is there
     already), and what making it recorded: the recipe, and the seconds it took where it was made now."""
     v, facts = plan.variant, {}
-    # an external endpoint's checkpoint is only its tokenizer; any given checkpoint is served as is
-    if v.method == "external" or v.checkpoint is not None:
-        return v.checkpoint, facts
+    if not made_here(plan):
+        given = v.method == "external" or v.checkpoint is not None
+        return (v.checkpoint if given else plan.suites.base_checkpoint), facts
     base = plan.suites.base_checkpoint
-    if v.method in UNQUANTIZED:
-        return base, facts
     name = v.quantizer or DEFAULT_QUANTIZER[v.method]
     runtime = QUANTIZERS.get(name).runtime_of(plan.settings)  # each quantizer names the tool it runs in
     q = quantizer_for(v.method, name, runtime=runtime, engine=plan.engine, dtype=plan.dtype.quantize_dtype)
