@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the device: run (or resume) one campaign within a time budget, then bring its results back in $OUT.
-# usage: [SEED=RUN_FOLDER] bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS [QEVAL RUN OPTIONS...]
+# usage: [SEED=RUN_FOLDER] [FRESH=1] bash scripts/gpu/device-run.sh CONFIG BUDGET_SECONDS [QEVAL RUN OPTIONS...]
+# FRESH=1: from nothing, for a wall time (no committed reference run, no seed, no quantized variant or shared
+# record kept from an earlier call on this machine; the compile caches stay, as on any warm machine)
 # Out of time, qeval gets SIGINT and GRACE seconds (default 20) to stop its children and write its record,
 # then SIGKILL; the next call resumes it (qeval keeps every record). Keep BUDGET + GRACE + ~25 s (the
 # tarball, the start) under the call's 600 s: plan-calls.py does.
@@ -12,6 +14,11 @@ name=$(python3 -c "import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))['nam
 # a fresh device has no runs/: start from the committed reference run, whose per-item store lets qeval
 # skip every variant and suite already there (the store is keyed by variant and suite, not by run)
 ref=$(ls -d results/*/"$name" 2>/dev/null | sort | tail -1)
+if [ -n "${FRESH:-}" ]; then
+  rm -rf "runs/$name" "$QEVAL_CACHE/variants" "$QEVAL_CACHE/records.sqlite"*; ref=""; SEED=""
+  export QEVAL_RECORDS=off
+  echo "from nothing (FRESH)"
+fi
 if [ ! -d "runs/$name" ] && [ -n "$ref" ]; then
   mkdir -p runs && cp -r "$ref" "runs/$name"
   [ -f "runs/$name/results.sqlite.gz" ] && gunzip "runs/$name/results.sqlite.gz"

@@ -11,3 +11,6 @@ export QEVAL_VLLM_NAME=${QEVAL_VLLM_NAME:-vllm-0.26.0-cuda13} QEVAL_LLMC_NAME=${
 export VLLM_CACHE_ROOT=/tmp/vllm-cache
 # Ray (the `ray` executor): no OOM killer of its own; the VM's MemTotal starts far below what it can grow to
 export RAY_memory_monitor_refresh_ms=${RAY_memory_monitor_refresh_ms:-0} RAY_USAGE_STATS_ENABLED=0
+# NVLink multicast stays off (the device notes, KINDS.md: a program using it can put the host's shared GPUs out
+# of service for days). Set here whatever the caller had; vLLM's tensor-parallel workers and Ray's inherit them
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
