@@ -27,7 +27,10 @@ import psutil
 from tests.conftest import MARK, marked, wait_gone
 
 RAY = Path(sys.executable).with_name("ray")
-QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
+# RAY_AUTH_MODE set: Ray 2.60 otherwise turns token auth on for a `ray start` that finds ~/.ray/auth_token (which
+# some Ray process writes when it is missing), while `ray status` and drivers stay off: a cluster started after
+# the file appeared was never seen up ("InvalidAuthToken"). Off is safe here: the cluster's namespace has loopback only
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 class Netns:
