@@ -53,6 +53,7 @@ class VariantResult(_Model):
     restarts: int = 0  # engine restarts after a fault mid-suite
     engine_rss_bytes: int | None = None
     engine_gpu_bytes: int | None = None  # the engine's processes on the GPU, through NVML
+    gpus: int | None = None  # the GPUs it was served on (tensor_parallel_size): the memory figures are totals over them
     model_memory_bytes: int | None = None  # the weights as loaded on the device (the engine's log)
     kv_cache_bytes: int | None = None  # as the engine reports it
     kv_cache_tokens: int | None = None
@@ -215,7 +216,7 @@ class RunRecord(_Model):
 
 # what serving a variant measured; a resume that serves it no more keeps them from the earlier record
 ENGINE_FACTS = ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts", "engine_rss_bytes",
-                "engine_gpu_bytes", "model_memory_bytes", "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
+                "engine_gpu_bytes", "gpus", "model_memory_bytes", "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
 
 
 def prior_facts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

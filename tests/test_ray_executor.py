@@ -275,6 +275,7 @@ def test_a_tensor_parallel_variant_is_quantized_on_one_gpu_then_served_on_two_wh
         log = (run_dir / "logs" / f"quantize-{name}.log").read_text()  # streamed from the worker node
         assert re.search(r"CUDA_VISIBLE_DEVICES=\d+ ", log), log  # one GPU, not two
         assert by_name[name]["quantize_seconds"] >= 1.0  # made by its own task, on the record as if inline
+        assert by_name[name]["gpus"] == 2  # the memory figures are totals over its two GPUs
         held = {h["holder"].split("#")[1]: len(h["keys"]) for h in leases if h["holder"].startswith(f"{name}#")}
         assert held == {"1": 1, "2": 2}, leases  # the make task one GPU, the serving task two
     assert "making its checkpoint" not in re.findall(r"^\[base\] .*$", text, re.M)[0]  # the base is not made

@@ -54,18 +54,32 @@ _KV_GIB = re.compile(r"\(([\d.]+)/[\d.]+\) GiB for KV cache|Available KV cache m
 
 # GPU: "Model loading took 13.75 GiB memory and 5.2 seconds": the weights as they sit on the device
 _MODEL_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
+# tensor parallel: each worker logs its own shard's figures, its line prefixed "(Worker_TP1 pid=...)"
+# (or "(Worker_TP1_EP0 ...)"; older vLLMs "(VllmWorker rank=1 pid=...)"); one engine logs them once
+_RANK = re.compile(r"\((?:VLLM::)?Worker_TP(\d+)|\(VllmWorker rank=(\d+)")
+
+
+def _summed_over_ranks(pattern: re.Pattern, log: str) -> float | None:
+    """The figure each tensor-parallel rank logged last (its last start), summed over the ranks: the whole
+    model's, which is what compares with a variant served on another number of GPUs."""
+    last: dict[str, float] = {}
+    for line in log.splitlines():
+        if (m := pattern.search(line)) is not None:
+            rank = _RANK.search(line)
+            last[(rank.group(1) or rank.group(2)) if rank else ""] = float(next(g for g in m.groups() if g is not None))
+    return sum(last.values()) if last else None
 
 
 def parse_model_memory(log: str) -> int | None:
-    found = _MODEL_GIB.findall(log)
-    return int(float(found[-1]) * 2**30) if found else None
+    gib = _summed_over_ranks(_MODEL_GIB, log)
+    return None if gib is None else int(gib * 2**30)
 
 
 def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
-    """The KV-cache size vLLM reports at start-up (tokens, GiB), from its log; the last start wins."""
+    """The KV-cache size vLLM reports at start-up (tokens, GiB), from its log; the last start wins. The tokens
+    are the engine's (each token's KV is split over tensor-parallel ranks); the GiB, summed over the ranks."""
     tokens = [int(m.group(1).replace(",", "")) for m in _KV_TOKENS.finditer(log)]
-    gib = [float(m.group(1) or m.group(2)) for m in _KV_GIB.finditer(log)]
-    return (tokens[-1] if tokens else None), (gib[-1] if gib else None)
+    return (tokens[-1] if tokens else None), _summed_over_ranks(_KV_GIB, log)
 
 
 def _has_quantization_config(checkpoint: Path | None) -> bool:

@@ -55,6 +55,7 @@ class VariantOutcome:
     restarts: int = 0
     engine_rss_bytes: int | None = None
     engine_gpu_bytes: int | None = None
+    gpus: int | None = None  # the GPUs it was served on (tensor_parallel_size); memory figures are totals over them
     model_memory_bytes: int | None = None
     kv_cache_bytes: int | None = None
     kv_cache_tokens: int | None = None
@@ -239,6 +240,8 @@ class _Run:
             self._lmeval(ref, [t for t in tasks if not self.sink.is_complete(vkey, t.key)], endpoint, vkey, keys)
         self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
         mem = engine.memory()
+        on_gpu = getattr(p.engine, "device", None) == "gpu" and not p.external
+        self.facts.update(gpus=getattr(p.engine, "tensor_parallel_size", 1) if on_gpu else None)
         self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
                           model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
                           kv_cache_tokens=mem.kv_cache_tokens)

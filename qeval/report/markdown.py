@@ -156,7 +156,7 @@ vLLM defines it), E2E per request. Client CPU: the probe's own CPU seconds per w
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants if v.probe -%}
 {% set pf = v.perf() -%}
-| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ n(pf.get("max_output_throughput"), ".1f") }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ n(pf.get("ttft_p50_ms_c1"), ".1f") }} ms | {{ n(pf.get("tpot_p50_ms_c1"), ".1f") }} ms |
+| {{ v.name }} | {{ mib(v.weights_bytes) }} | {{ mib(v.model_memory_bytes) }}{{ per_gpu(v, v.model_memory_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ mib(v.engine_gpu_bytes) }}{{ per_gpu(v, v.engine_gpu_bytes) }} | {{ mib(v.kv_cache_bytes) }}{{ per_gpu(v, v.kv_cache_bytes) }}{% if v.kv_cache_tokens %} ({{ "{:,}".format(v.kv_cache_tokens) }} tokens){% endif %} | {{ n(pf.get("max_output_throughput"), ".1f") }} | {{ v.probe.saturation_concurrency if v.probe.saturation_concurrency is not none else "not reached" }} | {{ v.probe.max_concurrency_within_slo if v.probe.max_concurrency_within_slo is not none else "-" }} | {{ n(pf.get("ttft_p50_ms_c1"), ".1f") }} ms | {{ n(pf.get("tpot_p50_ms_c1"), ".1f") }} ms |
 {% endfor %}
 {{ look.figure("tradeoff") }}
 
@@ -335,6 +335,11 @@ def _mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:,.0f} MiB"
 
 
+def _per_gpu(v, b: int | None) -> str:
+    """After a memory total of a variant served on several GPUs: how many, and each one's share."""
+    return "" if b is None or not v.gpus or v.gpus < 2 else f" over {v.gpus} GPUs ({b / v.gpus / 2**20:,.0f} MiB each)"
+
+
 def perf_value(metric: str, x: float | None) -> str:
     """A performance figure in its unit: bytes as MiB / GiB, the rest with thousands separators."""
     if x is None:
@@ -430,7 +435,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         flipped=any(v.flips for v in r.variants), keep=KEEP,
         saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
-        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))

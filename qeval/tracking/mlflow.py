@@ -61,7 +61,7 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
         if saved.seconds_saved is not None:
             m["sequential/eval_s_saved_estimate"] = saved.seconds_saved
     for label, value in (("memory/weights_bytes", v.weights_bytes), ("memory/engine_rss_bytes", v.engine_rss_bytes),
-                         ("memory/engine_gpu_bytes", v.engine_gpu_bytes),
+                         ("memory/engine_gpu_bytes", v.engine_gpu_bytes), ("memory/gpus", v.gpus),
                          ("memory/model_bytes", v.model_memory_bytes),
                          ("memory/kv_cache_bytes", v.kv_cache_bytes), ("memory/kv_cache_tokens", v.kv_cache_tokens),
                          ("time/startup_s", v.startup_seconds), ("time/eval_s", v.eval_seconds),

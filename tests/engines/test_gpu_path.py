@@ -210,3 +210,39 @@ def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
                           "gpu_memory_utilization must be set, at most 0.25")):
         with pytest.raises(ConfigError, match=says):
             packed.demand(plan(engine))
+
+
+TP_LOG = """\
+(EngineCore pid=9) INFO 12-04 10:00:00 [core.py:90] Initializing a V1 LLM engine with tensor_parallel_size=2
+(Worker_TP0 pid=10) INFO 12-04 10:00:30 [model_runner.py:305] Model loading took 7.5 GiB and 3.1 seconds
+(Worker_TP1 pid=11) INFO 12-04 10:00:30 [model_runner.py:305] Model loading took 7.25 GiB and 3.0 seconds
+(Worker_TP1 pid=11) INFO 12-04 10:00:50 [gpu_worker.py:560] Available KV cache memory: 100.0 GiB
+(Worker_TP0 pid=10) INFO 12-04 10:00:50 [gpu_worker.py:560] Available KV cache memory: 101.0 GiB
+(EngineCore pid=9) INFO 12-04 10:00:51 [kv_cache_utils.py:2177] GPU KV cache size: 1,600,000 tokens
+"""
+
+
+def test_tensor_parallel_memory_is_the_whole_models_summed_over_ranks():
+    """Each rank logs its shard: the record keeps the total (what compares with a variant on one GPU, so a tp=2
+    bf16 does not look half the size of a tp=1 bf16), and says over how many GPUs; a restart's lines replace the
+    first start's, rank by rank."""
+    assert parse_model_memory(TP_LOG) == int(14.75 * 2**30)
+    assert parse_kv_cache(TP_LOG) == (1_600_000, 201.0)
+    restarted = TP_LOG + TP_LOG.replace("7.5 GiB", "7.0 GiB").replace("1,600,000", "1,500,000")
+    assert parse_model_memory(restarted) == int(14.25 * 2**30)
+    assert parse_kv_cache(restarted)[0] == 1_500_000
+    older = TP_LOG.replace("(Worker_TP0 pid=10)", "(VllmWorker rank=0 pid=10)").replace("(Worker_TP1 pid=11)",
+                                                                                        "(VllmWorker rank=1 pid=11)")
+    assert parse_model_memory(older) == int(14.75 * 2**30)
+    # the per-GPU share in the report, beside the totals
+    from qeval.record import RunRecord, VariantResult
+    from qeval.report import markdown
+
+    probe = {"steps": [], "saturation_concurrency": None, "max_concurrency_within_slo": None}
+    v = [VariantResult(name=n, method="bf16", role=r, engine="vllm", gpus=g, model_memory_bytes=b, probe=probe)
+         for n, r, g, b in (("bf16", "baseline", 1, 15 * 2**30), ("bf16-tp2", "variant", 2, 15 * 2**30))]
+    md = markdown.render(RunRecord(run_id="r", campaign="c", config_hash="h", config={}, config_file="c.yaml",
+                                   command=[], started_at="now", variants=v))
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if "| 15,360 MiB" in line}  # weights loaded
+    assert rows["bf16-tp2"].split("|")[3].strip() == "15,360 MiB over 2 GPUs (7,680 MiB each)"
+    assert rows["bf16"].split("|")[3].strip() == "15,360 MiB"
