@@ -222,24 +222,26 @@ def test_sequential_gates_on_ray_stop_where_the_local_run_stops(cluster, spawn, 
     assert any(g["items_used"] == 100 for g in rec["gates"] if g["variant"] == "bad")
 
 
-def _tp_campaign(root: Path) -> Path:
-    """A baseline and two variants quantized first (the fake quantizer, 1 s each), each served on two GPUs."""
+def tp_campaign(root: Path, quantize_s: float = 1.0, token_delay_s: float = 0.0, variants: int = 2) -> Path:
+    """A baseline and `variants` variants quantized first (the fake quantizer, `quantize_s` each), each served on
+    two GPUs (also benchmarks/tp_quantize_apart.py)."""
     answers = _suites(root)
-    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers, quantize_s=1.0))
+    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers, quantize_s=quantize_s,
+                                                          token_delay_s=token_delay_s))
+    methods = ["rtn", "int8", "gptq", "awq", "fp8"][:variants]
+    listed = "".join(f"  - {{name: q{i + 1}, method: {m}, quantizer: fake}}\n" for i, m in enumerate(methods))
     path = root / "tp.yaml"
-    path.write_text("""\
+    path.write_text(f"""\
 name: tp
-model: {path: ck/base}
+model: {{path: ck/base}}
 output_dir: runs
-baseline: {name: base, method: bf16}
+baseline: {{name: base, method: bf16}}
 variants:
-  - {name: q1, method: rtn, quantizer: fake}
-  - {name: q2, method: int8, quantizer: fake}
-engine: {kind: fake, device: gpu, tensor_parallel_size: 2, startup_timeout_s: 30}
+{listed}engine: {{kind: fake, device: gpu, tensor_parallel_size: 2, startup_timeout_s: 30}}
 suites:
-  - {kind: custom, path: facts.yaml, concurrency: 1}
-gates: {rules: [{match: "*", margin: 0.4}]}
-mlflow: {enabled: false}
+  - {{kind: custom, path: facts.yaml, concurrency: 1}}
+gates: {{rules: [{{match: "*", margin: 0.4}}]}}
+mlflow: {{enabled: false}}
 """)
     return path
 
@@ -252,13 +254,13 @@ def test_a_tensor_parallel_variant_is_quantized_on_one_gpu_then_served_on_two_wh
     checkpoint made. The records are the local executor's."""
     local = tmp_path / "local"
     local.mkdir()
-    r = subprocess.run([*QEVAL, "run", str(_tp_campaign(local)), "--no-mlflow"], capture_output=True, text=True,
+    r = subprocess.run([*QEVAL, "run", str(tp_campaign(local)), "--no-mlflow"], capture_output=True, text=True,
                        env={**os.environ, "QEVAL_CACHE": str(local / "cache"), "QEVAL_RECORDS": "off"}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
 
     root = tmp_path / "ray"
     root.mkdir()
-    config = _on_ray(_tp_campaign(root), f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.25}}')
+    config = _on_ray(tp_campaign(root), f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.25}}')
     out = root / "out.log"
     proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(root),
                  stdout=out.open("w"), stderr=subprocess.STDOUT)

@@ -45,6 +45,9 @@ class RayExecutorSpec(ExecutorSpec):
     # gpu_memory_utilization must fit in it); unset: the engine's tensor_parallel_size whole GPUs
     gpu_fraction: float | None = Field(None, gt=0, le=1)
     resources: dict[str, float] = {}  # custom resources (node labels) every variant's task asks for
+    # the GPUs a variant's quantization holds where its engine serves on more (tensor_parallel_size): a task of
+    # its own (quantizers compute on one GPU); at least the engine's count: made inside its serving task
+    quantize_gpus: int = Field(1, ge=1)
     max_retries: int = Field(2, ge=0)  # runs again of a variant whose worker or node was lost
     object_store_mb: int = Field(128, ge=80)  # `local` only: Ray's object store (records are small)
 
@@ -214,13 +217,13 @@ class RayExecutor:
         return Demand(s.num_cpus, gpus, dict(s.resources))
 
     def make_demand(self, plan: "VariantPlan", serve: Demand) -> Demand | None:
-        """What making the variant's checkpoint asks, where it is less than serving it: one GPU of a
-        tensor-parallel variant's several (quantizers compute on one); None: made in the serving task."""
+        """What making the variant's checkpoint asks, where it is less than serving it: `quantize_gpus` (one) of
+        a tensor-parallel variant's several; None: made in the serving task."""
         from .variant import made_here
 
-        if serve.num_gpus <= 1 or not made_here(plan):
+        if serve.num_gpus <= self.spec.quantize_gpus or not made_here(plan):
             return None
-        return Demand(serve.num_cpus, 1, serve.resources)
+        return Demand(serve.num_cpus, self.spec.quantize_gpus, serve.resources)
 
     @staticmethod
     def _holders(ray, d: Demand) -> list[str]:

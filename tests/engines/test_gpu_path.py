@@ -151,7 +151,8 @@ def test_no_nvml_no_figure(monkeypatch):
     assert engine_gpu_memory({1}) == GpuMemory(None)
 
 
-@pytest.mark.parametrize("name", ["gpu-smollm2.yaml", "gpu-llama8b.yaml"])
+@pytest.mark.parametrize("name", ["gpu-smollm2.yaml", "gpu-llama8b.yaml", "gpu-llama8b-tp.yaml",
+                                  "gpu-smollm2-ray-spread.yaml"])
 def test_gpu_configs_validate(name):
     from qeval.config import load_config
 
@@ -195,13 +196,22 @@ def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
     assert "--tensor-parallel-size" not in VllmEngine(variant=w4, checkpoint=tmp_path, spec=one, settings=settings,
                                                       log_dir=tmp_path).argv(1)
 
-    def plan(engine, external=False):  # what demand() reads of a VariantPlan
-        return types.SimpleNamespace(name="v", engine=engine, external=external)
+    def plan(engine, external=False, method="gptq"):  # what demand() and make_demand() read of a VariantPlan
+        return types.SimpleNamespace(name="v", engine=engine, external=external,
+                                     variant=types.SimpleNamespace(method=method, checkpoint=None))
 
     whole = RayExecutor(RayExecutorSpec(num_cpus=2, resources={"h200": 1}))
     assert whole.demand(plan(spec)).as_dict() == {"CPU": 2, "GPU": 4, "h200": 1}
     assert whole.demand(plan(spec, external=True)).num_gpus == 0  # someone else's server
     assert whole.demand(plan(EngineSpec())).num_gpus == 0  # a CPU engine
+    # quantized in a task of its own on quantize_gpus (one) of the four it serves on; not when nothing is made,
+    # nor when quantize_gpus asks as many as serving does
+    serve = whole.demand(plan(spec))
+    assert whole.make_demand(plan(spec), serve).as_dict() == {"CPU": 2, "GPU": 1, "h200": 1}
+    assert whole.make_demand(plan(spec, method="bf16"), serve) is None
+    assert RayExecutor(RayExecutorSpec(quantize_gpus=4)).make_demand(plan(spec), serve) is None
+    assert RayExecutor(RayExecutorSpec(quantize_gpus=2)).make_demand(plan(spec), serve).num_gpus == 2
+    assert whole.make_demand(plan(one), whole.demand(plan(one))) is None  # one GPU: made where it is served
     packed = RayExecutor(RayExecutorSpec(gpu_fraction=0.25))
     small = EngineSpec.model_validate({"device": "gpu", "gpu_memory_utilization": 0.2})
     assert packed.demand(plan(small)).num_gpus == 0.25
