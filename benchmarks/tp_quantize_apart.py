@@ -45,8 +45,9 @@ def main() -> None:
                 root.mkdir()
                 cfg = tp_campaign(root, quantize_s=args.quantize_s, token_delay_s=args.token_delay,
                                   variants=args.variants)
-                cfg.write_text(cfg.read_text().replace("mlflow: {enabled: false}", "mlflow: {enabled: false}\n"
-                               f'executor: {{kind: ray, address: "{cluster.address}", num_cpus: 0.25, quantize_gpus: {q}}}'))
+                executor = f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.25, quantize_gpus: {q}}}'
+                cfg.write_text(cfg.read_text().replace("mlflow: {enabled: false}",
+                                                       f"mlflow: {{enabled: false}}\nexecutor: {executor}"))
                 # each run its own driver cache; the nodes' variant caches are emptied between runs
                 env = {**os.environ, **QUIET, "QEVAL_CACHE": str(root / "driver"), "QEVAL_RECORDS": "off"}
                 for node in cluster.nodes:

@@ -4,8 +4,9 @@ Placement, node loss and GPU isolation are Ray's; qeval writes no scheduler. Eac
 variant needs (CPUs, `tensor_parallel_size` GPUs on one node or a fraction of one, custom resources),
 runs `run_variant` on its node with that node's own cache and workspace, and streams its records back
 (remote.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of its
-own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the store and run.json, merges them as they arrive. A task
-whose worker or node is lost is run again (bounded) from what was merged: nothing lost, nothing twice.
+own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the store
+and run.json, merges them as they arrive. A task whose worker or node is lost is run again (bounded) from
+what was merged: nothing lost, nothing twice.
 No shared filesystem is assumed: probe, grid and log files travel with the stream.
 """
 
@@ -362,7 +363,7 @@ class RayExecutor:
         def submit(p: "VariantPlan") -> None:
             attempt[p.name] = attempt.get(p.name, 0) + 1
             holder = f"{p.name}#{attempt[p.name]}"
-            if p.name in makes and p.name not in made:  # its checkpoint first, holding one GPU, not all it serves on
+            if p.name in makes and p.name not in made:  # its checkpoint first, on quantize_gpus, not all it serves on
                 d, opts = makes[p.name]
                 gen = make_task_.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                          resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}:make",
