@@ -68,6 +68,14 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, rc
 
 
+def cpu_kind() -> str:
+    """This machine's CPU as every timing names it: model, vector extensions, cores."""
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
+    flags = "AVX-512" if "avx512f" in cpu else "AVX2" if "avx2" in cpu else "no AVX2"
+    return f"CPU: {model} ({flags}), {os.cpu_count()} cores"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", choices=["vllm", "fake"], default="vllm")
@@ -94,10 +102,7 @@ def main() -> None:
         finally:
             left = cluster.stop()
         same = records(next((tmp / "local" / "runs").iterdir())) == records(next((tmp / "remote" / "runs").iterdir()))
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-        flags = "AVX-512" if "avx512f" in cpu else "AVX2" if "avx2" in cpu else "no AVX2"
-        print(f"CPU: {model} ({flags}), {os.cpu_count()} cores; engine: {args.engine}")
+        print(f"{cpu_kind()}; engine: {args.engine}")
         print(f"local executor: {t_local:.1f} s (exit {rc_local})")
         print(f"ray, 2 nodes x 1 CPU: {t_ray:.1f} s (exit {rc_ray})")
         print(f"ratio ray/local: {t_ray / t_local:.2f}; records identical: {same}; processes left: {len(left)}")

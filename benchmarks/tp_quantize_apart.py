@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ray_vs_local import QEVAL, records, timed  # noqa: E402
+from benchmarks.ray_vs_local import QEVAL, cpu_kind, records, timed  # noqa: E402
 from tests.ray_cluster import QUIET, Cluster  # noqa: E402
 from tests.test_ray_executor import tp_campaign  # noqa: E402
 
@@ -51,16 +51,13 @@ def main() -> None:
                 # each run its own driver cache; the nodes' variant caches are emptied between runs
                 env = {**os.environ, **QUIET, "QEVAL_CACHE": str(root / "driver"), "QEVAL_RECORDS": "off"}
                 for node in cluster.nodes:
-                    subprocess.run(["rm", "-rf", str(node.cache / "variants")], check=True)
+                    shutil.rmtree(node.cache / "variants", ignore_errors=True)
                 times[label] = timed([*cluster.run_prefix, *QEVAL, "run", str(cfg), "--no-mlflow"], env,
                                      tmp / f"{label}.log")
                 runs[label] = root / "runs" / "tp"
         finally:
             left = cluster.stop()
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-        flags = "AVX-512" if "avx512f" in cpu else "AVX2" if "avx2" in cpu else "no AVX2"
-        print(f"CPU: {model} ({flags}), {os.cpu_count()} cores; {args.variants} quantized variants + baseline, "
+        print(f"{cpu_kind()}; {args.variants} quantized variants + baseline, "
               f"tp 2 on a worker declaring 2 GPUs, {args.quantize_s:g} s per quantization")
         for label, (secs, rc) in times.items():
             print(f"{label}: {secs:.1f} s (exit {rc})")

@@ -247,10 +247,9 @@ class RayExecutor:
 
     def _check_fits(self, ray, demands: dict[str, Demand]) -> None:
         """A variant no node can hold would wait forever: refused before anything is submitted."""
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
         for name, d in demands.items():
-            need = d.as_dict()
-            if not any(all(n["Resources"].get(k, 0) >= v for k, v in need.items()) for n in nodes):
+            if not self._holders(ray, d):
+                need, nodes = d.as_dict(), [n for n in ray.nodes() if n.get("Alive")]
                 have = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n["Resources"].items())
                                            if k in ("CPU", "GPU") or _custom(k)) for n in nodes) or "no live node"
                 raise ConfigError(f"variant {name} needs {', '.join(f'{k} {v:g}' for k, v in need.items())} on "
@@ -339,7 +338,7 @@ class RayExecutor:
         attempt: dict[str, int] = {}  # tasks submitted per variant (its make task and its serving task count)
         lost: dict[str, int] = {}  # tasks whose worker or node was lost, per variant
         gens: dict[str, Any] = {}
-        node: dict[str, str] = {}
+        node: dict[str, Placed] = {}  # where each variant's current task was placed
         # all are submitted at once; a variant whose gates look waits, at its first suite, for the baseline's
         # records, put in the box as soon as the baseline's suites are stored (before its probe)
         base = plans[0]
@@ -356,7 +355,6 @@ class RayExecutor:
                 give_reference(outcome.key if outcome.status == "ok" else None)
             return outcome
 
-        ids: dict[str, str] = {}  # variant -> Ray's id of the node it last ran on
         made: dict[str, tuple[str, dict]] = {}  # variant -> the node its make task ran on, what making recorded
         make_task_ = ray.remote(make_task)
 
@@ -399,9 +397,9 @@ class RayExecutor:
                 continue
             if name not in left or n != attempt[name]:
                 continue  # what a lost attempt still sent, or a variant already settled
-            where = node.get(name, "")
+            where = node[name].node if name in node else ""
             if isinstance(msg, Placed):
-                node[name], ids[name] = msg.node, msg.node_id
+                node[name] = msg
                 what = "making its checkpoint" if name in makes and name not in made else "running"
                 again = lost.get(name, 0)
                 reporter.log(f"[{name}] {what} on {msg.node}" + (f" (attempt {again + 1})" if again else ""))
@@ -410,7 +408,7 @@ class RayExecutor:
                     left.discard(name)
                     yield settled(name, VariantOutcome(name=name, status="error", error=msg.error, **msg.facts))
                 else:
-                    made[name] = (ids[name], msg.facts)
+                    made[name] = (node[name].node_id, msg.facts)
                     node.pop(name, None)  # not started until its serving task is placed
                     submit(by_name[name])
             elif isinstance(msg, Log):

@@ -241,8 +241,8 @@ class _Run:
         self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
         mem = engine.memory()
         on_gpu = getattr(p.engine, "device", None) == "gpu" and not p.external
-        self.facts.update(gpus=getattr(p.engine, "tensor_parallel_size", 1) if on_gpu else None)
-        self.facts.update(engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
+        self.facts.update(gpus=getattr(p.engine, "tensor_parallel_size", 1) if on_gpu else None,
+                          engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
                           model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
                           kv_cache_tokens=mem.kv_cache_tokens)
 
