@@ -1,5 +1,6 @@
-"""Run records of older schemas, as committed under results/, still load, render and round-trip; the probe,
-grid and distributions the producers write reach the record as typed models, their JSON as written."""
+"""Run records of older schemas (tests/fixtures/records: records earlier qeval versions wrote, cut to a few
+variants) still load, render and round-trip; the probe, grid and distributions the producers write reach the
+record as typed models, their JSON as written."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from qeval.tracking.mlflow import grid_metrics, metric_name, probe_history, vari
 from tests.conftest import MARK, marked, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = sorted((ROOT / "results").glob("*/*/run.json"))
+RECORDS = sorted((ROOT / "tests" / "fixtures" / "records").glob("*.json"))
 
 
 def _added(dumped, stored, path: str = "") -> dict[str, object]:
@@ -53,12 +54,22 @@ def _names_mlflow_takes(m: dict[str, float]) -> bool:
     return all(metric_name(*k.split("/")) == k for k in m)
 
 
-def test_there_are_committed_records_to_read():
-    assert len(COMMITTED) >= 4
+def test_the_old_records_cover_each_schema_and_what_records_carry():
+    """The records below span schemas 2 and 3 and hold each part a record may carry, so that loading any of
+    them breaking fails a test."""
+    docs = [json.loads(p.read_text()) for p in RECORDS]
+    assert {d["schema_version"] for d in docs} == {2, 3}
+    variants = [v for d in docs for v in d["variants"]]
+    carried = {k for v in variants for k in ("probe", "distribution", "flips", "scheme", "reused", "not_run") if v.get(k)}
+    assert carried == {"probe", "distribution", "flips", "scheme", "reused", "not_run"}
+    assert any(v["status"] != "ok" for v in variants)  # a variant not evaluated
+    assert any(d.get("noise_floor") for d in docs) and any(d["tracking"] for d in docs)
+    assert any(g.get("sequential") for d in docs for g in d["gates"])
+    assert {d["config"].get("engine", {}).get("device", "cpu") for d in docs} == {"cpu", "gpu"}
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
-def test_a_committed_record_loads_renders_and_round_trips(path):
+@pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.stem)
+def test_an_old_record_loads_renders_and_round_trips(path):
     text = path.read_text()
     rec = RunRecord.load(path)
     assert rec.schema_version <= SCHEMA_VERSION and rec.variants

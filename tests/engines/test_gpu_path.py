@@ -1,6 +1,7 @@
 """The GPU path's pieces that run anywhere: runtimes, vLLM's GPU argv and env, its log figures, configs.
 
-The lines below are verbatim from vLLM 0.26.0 on the H200 (results/gpu-2026-11-30/*/logs)."""
+tests/fixtures/vllm-0.26.0-cuda.log holds vLLM 0.26.0 CUDA log lines, verbatim: what the engine's log parsers
+read the model's and the KV cache's memory from."""
 
 import sys
 from pathlib import Path
@@ -15,11 +16,7 @@ from qeval.engines.vllm import VllmEngine, parse_kv_cache, parse_model_memory
 from qeval.settings import Runtime, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_LOG = """\
-(EngineCore pid=2972) INFO 11-30 04:50:53 [model_runner.py:305] Model loading took 13.75 GiB and 4.824471 seconds
-(EngineCore pid=2972) INFO 11-30 04:51:17 [gpu_worker.py:560] Available KV cache memory: 103.92 GiB
-(EngineCore pid=2972) INFO 11-30 04:51:17 [kv_cache_utils.py:2177] GPU KV cache size: 851,296 tokens
-"""
+GPU_LOG = (ROOT / "tests" / "fixtures" / "vllm-0.26.0-cuda.log").read_text()
 
 
 def test_gpu_log_figures():

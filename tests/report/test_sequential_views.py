@@ -13,7 +13,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.report import html, junit, markdown
 
-FIXED_N = Path(__file__).parents[2] / "results" / "gpu-2026-11-30" / "gpu-smollm2" / "run.json"
+FIXED_N = Path(__file__).parents[1] / "fixtures" / "records" / "schema2-gpu.json"
 GSD = "gsd (O'Brien-Fleming spending, 4 looks, futility 0.05)"
 
 

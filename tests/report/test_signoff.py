@@ -1,6 +1,7 @@
 """The report opens like a sign-off document: title, description, the verdict per variant (a word and a shape,
 and in HTML a colour), the recommendation and what was not evaluated, then the gates; each figure after the
-table it illustrates. Checked on a committed GPU record, in the Markdown, the HTML and the CI summary."""
+table it illustrates. Checked on a GPU record an earlier qeval wrote (tests/fixtures/records), in the Markdown,
+the HTML and the CI summary."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.report import html, markdown
 
-RECORD = Path(__file__).parents[2] / "results" / "gpu-2026-11-30" / "gpu-smollm2" / "run.json"
+RECORD = Path(__file__).parents[1] / "fixtures" / "records" / "schema2-gpu.json"
 CLOSEST = ("No variant passes every gate. Closest: int8-w8a8 (2 of 10 gates not passed); first failing gate: "
            "custom/capitals / contains: INCONCLUSIVE (suite detects only drops >= 0.1080 > margin 0.0755)")
 
