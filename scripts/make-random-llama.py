@@ -1,8 +1,10 @@
-"""A Llama-3-8B-shaped checkpoint with random weights, built where it will run (no weights to carry).
+"""Makes the embedded model `llama-3-8b-random` (benchmarks/configs/gpu-llama8b*.yaml): a Llama-3-8B-shaped
+checkpoint with random weights, built where it will run (no weights to download).
 
-Usage: python make-random-llama.py OUT_DIR --tokenizer DIR
+Usage: python scripts/make-random-llama.py ~/.cache/qeval/models/llama-3-8b-random \
+           --tokenizer ~/.cache/qeval/models/smollm2-135m-instruct
 For speed and memory figures only: kernels do not care what the weights are, so its quality means nothing.
-The vocabulary is the given tokenizer's (the machine has no Llama-3 tokenizer), so the embedding and
+The vocabulary is the given tokenizer's (no gated Llama-3 tokenizer needed): the embedding and
 lm_head are smaller than Llama-3's 128,256 rows; every other shape is Llama-3-8B's.
 """
 

@@ -68,7 +68,7 @@ def test_missing_config_file(tmp_path):
 def test_plan_reports_n_and_mde_per_suite():
     import json
 
-    r = qeval("plan", str(ROOT / "configs" / "demo.yaml"), "--json")
+    r = qeval("plan", str(ROOT / "examples" / "demo.yaml"), "--json")
     assert r.returncode == 0, r.stderr
     rows = {row["suite"]: row for row in json.loads(r.stdout)}
     assert rows["lm_eval/bb_general_knowledge"]["n"] == 70  # the whole task: fewer rows than the limit

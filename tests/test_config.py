@@ -29,7 +29,7 @@ suites:
 
 
 def test_demo_config_loads():
-    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    cfg = load_config(ROOT / "examples" / "demo.yaml")
     assert [v.name for v in cfg.all_variants()] == ["bf16", "gptq-w4a16", "awq-w4a16", "int8-w8a8"]
     assert cfg.engine.host == "127.0.0.1"
     assert cfg.output_dir.is_absolute()

@@ -91,7 +91,7 @@ def test_policy_file_errors_name_the_file(tmp_path):
     p.write_text("rules:\n  - match: '*'\n    margn: 0.1\n")
     with pytest.raises(ConfigError, match=r"policy.yaml:line 3: rules.0.margn: unknown key"):
         load_policy(p)
-    assert load_policy(ROOT / "configs" / "gates" / "demo.yaml").correction == "holm"
+    assert load_policy(ROOT / "examples" / "gates" / "demo.yaml").correction == "holm"
 
 
 def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlated():

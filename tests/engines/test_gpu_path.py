@@ -148,13 +148,29 @@ def test_no_nvml_no_figure(monkeypatch):
     assert engine_gpu_memory({1}) == GpuMemory(None)
 
 
-@pytest.mark.parametrize("name", ["gpu-smollm2.yaml", "gpu-llama8b.yaml", "gpu-llama8b-tp.yaml",
-                                  "gpu-smollm2-ray-spread.yaml"])
-def test_gpu_configs_validate(name):
-    from qeval.config import load_config
+GPU_CAMPAIGNS = sorted((ROOT / "benchmarks" / "configs").glob("*.yaml"))
 
-    cfg = load_config(ROOT / "configs" / name)
+
+def test_there_are_gpu_campaigns():
+    assert {p.name for p in GPU_CAMPAIGNS} >= {"gpu-smollm2.yaml", "gpu-llama8b.yaml", "gpu-llama8b-tp.yaml",
+                                               "gpu-smollm2-ray-spread.yaml"}
+
+
+@pytest.mark.parametrize("path", GPU_CAMPAIGNS, ids=lambda p: p.stem)
+def test_gpu_configs_validate(path):
+    cfg = load_config(path)
     assert cfg.engine.device == "gpu" and cfg.mlflow.enabled is False
+    assert cfg.output_dir == ROOT / "runs"  # beside the examples' runs, whatever folder the file is in
+
+
+def test_the_quick_gpu_example():
+    """examples/gpu-quick.yaml: the embedded model on one GPU, bf16 against FP8 and W4A16 made by llm-compressor,
+    two custom suites, one lm-eval task and a probe; the demo's gate policy."""
+    cfg = load_config(ROOT / "examples" / "gpu-quick.yaml")
+    assert cfg.engine.device == "gpu" and cfg.model.builtin == "smollm2-135m-instruct"
+    assert (cfg.baseline.method, [v.method for v in cfg.variants]) == ("bf16", ["fp8", "gptq"])
+    assert [s.kind for s in cfg.suites] == ["custom", "custom", "lm_eval"] and cfg.suites[2].tasks == ["bb_general_knowledge"]
+    assert cfg.probe.enabled and all(s.path.is_file() for s in cfg.suites[:2])
 
 
 def test_gpu_memory_is_counted_on_the_devices_the_engine_sees(monkeypatch):

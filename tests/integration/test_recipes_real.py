@@ -257,7 +257,7 @@ variants:
 engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 2048}}
 suites:
   - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 32, top_k: 10}}
-gates: {root / 'configs/gates/demo.yaml'}
+gates: {root / 'examples/gates/demo.yaml'}
 output_dir: runs
 mlflow: {{enabled: false}}
 """)
@@ -292,7 +292,7 @@ variants:
 engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
 suites:
   - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 4, chunk_chars: 400, top_k: 5}}
-gates: {root / 'configs/gates/demo.yaml'}
+gates: {root / 'examples/gates/demo.yaml'}
 output_dir: runs
 mlflow: {{enabled: false}}
 """)

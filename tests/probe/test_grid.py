@@ -190,7 +190,7 @@ def test_views_of_the_grid():
 
 
 def test_the_shipped_grid_config_loads():
-    cfg = load_config(Path(__file__).parents[2] / "configs" / "grid.yaml")
+    cfg = load_config(Path(__file__).parents[2] / "examples" / "grid.yaml")
     assert (cfg.grid.rows(), cfg.grid.concurrency, cfg.engine.max_num_seqs) == (2, [1, 4, 8], 8)
     camp = Campaign(cfg, Settings(cache=Path("/nonexistent")))
     assert [r.on_server for r in camp.grid_rows(cfg.variants[0], "h")] == [False, True]
