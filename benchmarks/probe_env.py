@@ -1,7 +1,7 @@
-"""Which difference between the local and the ray executor moves a host-bound probe? (issue 15, item 2)
+"""Which difference between the local and the ray executor moves a host-bound probe?
 
-On 2026-12-03 the 135M eager model's probe ran 2.2-2.6x faster in the packed Ray campaign than in the serial one
-(results/gpu-2026-12-03-ray), though the two ran on two different machines. What differs for the engine:
+The 135M eager model's probe can run 2-2.6x faster in a packed Ray campaign (benchmarks/configs/gpu-smollm2-ray.yaml)
+than in the serial one (gpu-smollm2.yaml) when the two run on different hosts. What differs for the engine:
 
 - `local`: the serial campaign's server (gpu_memory_utilization 0.5), started from this process's environment;
 - `omp2`:  the same with OMP_NUM_THREADS=2, as Ray gives a task of num_cpus 2;
@@ -10,10 +10,10 @@ On 2026-12-03 the 135M eager model's probe ran 2.2-2.6x faster in the packed Ray
 
 Each is started, probed with the campaign's probe (requests per step from --requests), and stopped, one after
 another on one machine, in the order given (run it again reversed for drift). The JSON is rewritten after each
-run, so a cut call keeps what finished.
+run, so a cut run keeps what finished.
 
-Run (GPU machine, staged per scripts/gpu/README.md):
-    PYTHONPATH=$PWD:/tmp/site python3 benchmarks/probe_env.py --order local ray omp2 kv --json $OUT/probe_env.json
+Run (one NVIDIA GPU; `qeval setup --device cuda`, and Ray in qeval's venv):
+    python benchmarks/probe_env.py --order local ray omp2 kv --json runs/probe_env.json
 """
 
 from __future__ import annotations

@@ -1,24 +1,24 @@
-"""Does a latency probe stay honest when other engines share its GPU? (issue 15, "honest latency under packing")
+"""Does a latency probe stay honest when other engines share its GPU?
 
-The packed Ray run of gpu-smollm2 (results/gpu-2026-12-01-ray) had every probe holding the GPU's exclusive lease,
-yet its figures were ~20% off the serial run's, and a serial probe in another session was up to 24% off too.
+In a packed Ray run of gpu-smollm2 (benchmarks/configs/gpu-smollm2-ray.yaml) every probe holds the GPU's exclusive
+lease, yet its figures can be ~20% off the serial run's, and a serial probe run again later up to 24% off too.
 This separates the two causes on one machine, in one process, with one server under test:
 
 - A: the target server alone, probed `--repeats` times (the noise floor between repeats);
 - B: `--idle` more servers of the same model started on the same GPU and left idle (what a packed campaign's
   other variants are while one probes), the target probed again;
-- C: those stopped, the target probed again (drift over the session).
+- C: those stopped, the target probed again (drift over time).
 
 Each figure is printed per concurrency as the median over repeats, with B/A - 1 and C/A - 1 and A's own
 spread (max/min - 1). Servers: qeval's VllmEngine, as a campaign starts them (127.0.0.1); probe: qeval's.
 
-Run (GPU machine, staged per scripts/gpu/README.md):
-    PYTHONPATH=$PWD:/tmp/site python3 benchmarks/probe_packing.py --idle 6 --repeats 2 --json $OUT/probe_packing.json
-The 8B model with CUDA graphs, whose bf16 probes agree within 3% across days (results/gpu-2026-12-02-evidence):
+Run (one NVIDIA GPU; `qeval setup --device cuda`):
+    python benchmarks/probe_packing.py --idle 6 --repeats 2 --json runs/probe_packing.json
+The 8B model with CUDA graphs, whose bf16 probes agree within 3% from one run to the next:
     ... probe_packing.py --model llama-3-8b-random --graphs --idle 3 --fraction 0.22 --repeats 2 --steady 0.05 \
         --prompt-tokens 512 --output-tokens 128 --concurrency 1 16 64
-`--steady 0.05`: each probe first warms up until two rounds agree within 5% (the fix for the warming server the
-first run found); each probe's warm-up rounds are in the JSON.
+`--steady 0.05`: each probe first warms up until two rounds agree within 5% (a server's first minutes can run
+slower than its steady state); each probe's warm-up rounds are in the JSON.
 """
 
 from __future__ import annotations

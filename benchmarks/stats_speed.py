@@ -1,4 +1,4 @@
-"""Speed of the statistics (issue targets: a 10,000-resample paired bootstrap over 100,000 items in
+"""Speed of the statistics (targets: a 10,000-resample paired bootstrap over 100,000 items in
 <= 1 s; every statistic for 4 variants x 20 tasks x 1,000 items in <= 5 s).
 
 Run: .venv/bin/python benchmarks/stats_speed.py

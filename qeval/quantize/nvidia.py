@@ -1,8 +1,9 @@
 """NVIDIA's FP8 routes: Model Optimizer (an FP8 Hugging Face checkpoint, which vLLM and trtllm-serve's
 PyTorch backend both serve) and TensorRT-LLM (an engine built for one GPU architecture).
 
-Neither tool installs on these machines from PyPI alone (TensorRT-LLM's wheel comes from NVIDIA's own
-index); each runs in a Python given by QEVAL_MODELOPT_PYTHON[PATH] / QEVAL_TRTLLM_PYTHON[PATH].
+Each runs in a Python of its own: Model Optimizer in the modelopt env (an overlay on llm-compressor's), or
+QEVAL_MODELOPT_PYTHON[PATH]; TensorRT-LLM, whose wheel comes from NVIDIA's own index, not PyPI alone, in
+QEVAL_TRTLLM_PYTHON[PATH].
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .worker import WORKERS, WorkerQuantizer
 
 
 def gpu_architecture() -> str:
-    """The compute capability of GPU 0 (e.g. "9.0" for an H100/H200): a TensorRT engine runs only there."""
+    """The compute capability of GPU 0 (e.g. "9.0" for a Hopper GPU): a TensorRT engine runs only there."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         raise QuantizeError("a TensorRT-LLM engine is built for the GPU it runs on, and this machine has none")
@@ -27,7 +28,7 @@ def gpu_architecture() -> str:
     first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
     if not first:
         raise QuantizeError(f"nvidia-smi could not name the GPU: {out.stderr.strip()[:200]}")
-    return first.replace(", ", "/")  # "NVIDIA H200/9.0"
+    return first.replace(", ", "/")  # e.g. "NVIDIA H100 80GB HBM3/9.0"
 
 
 @QUANTIZERS.register("modelopt")

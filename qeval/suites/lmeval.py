@@ -214,7 +214,7 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
                 content["code"] = {py.name: file_hash(py) for py in sorted(f.parent.glob("*.py"))}
         elif ref.include_path is not None:
             raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
-                              " but its data would need the hub, which this machine cannot reach)",
+                              " but qeval runs lm-eval offline: a task's data must be local files)",
                               file=config_file, where="suites: lm_eval.tasks")
         tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings,
                                 output_type=output_type, metrics=task_metrics(name, text, str(f or config_file))))

@@ -213,14 +213,14 @@ def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
         return types.SimpleNamespace(name="v", engine=engine, external=external,
                                      variant=types.SimpleNamespace(method=method, checkpoint=None))
 
-    whole = RayExecutor(RayExecutorSpec(num_cpus=2, resources={"h200": 1}))
-    assert whole.demand(plan(spec)).as_dict() == {"CPU": 2, "GPU": 4, "h200": 1}
+    whole = RayExecutor(RayExecutorSpec(num_cpus=2, resources={"gpu_box": 1}))
+    assert whole.demand(plan(spec)).as_dict() == {"CPU": 2, "GPU": 4, "gpu_box": 1}
     assert whole.demand(plan(spec, external=True)).num_gpus == 0  # someone else's server
     assert whole.demand(plan(EngineSpec())).num_gpus == 0  # a CPU engine
     # quantized in a task of its own on quantize_gpus (one) of the four it serves on; not when nothing is made,
     # nor when quantize_gpus asks as many as serving does
     serve = whole.demand(plan(spec))
-    assert whole.make_demand(plan(spec), serve).as_dict() == {"CPU": 2, "GPU": 1, "h200": 1}
+    assert whole.make_demand(plan(spec), serve).as_dict() == {"CPU": 2, "GPU": 1, "gpu_box": 1}
     assert whole.make_demand(plan(spec, method="bf16"), serve) is None
     assert RayExecutor(RayExecutorSpec(quantize_gpus=4)).make_demand(plan(spec), serve) is None
     assert RayExecutor(RayExecutorSpec(quantize_gpus=2)).make_demand(plan(spec), serve).num_gpus == 2

@@ -133,8 +133,8 @@ def test_a_stopped_server_leaves_no_guardian(tmp_path):
 
 
 def test_the_guardian_counts_a_group_of_zombies_as_gone():
-    """Where PID 1 reaps no orphans (this CI's init), a dead server stays a zombie; kill(0) still finds it,
-    and a guardian that believed it would wait out its whole grace (CI, 2026-12-02)."""
+    """Where PID 1 reaps no orphans (a container's init), a dead server stays a zombie; kill(0) still finds
+    it, and a guardian that believed it would wait out its whole grace."""
     import os
     import time
 

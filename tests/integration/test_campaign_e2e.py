@@ -101,7 +101,7 @@ def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_pa
     same = [c for c in rec.comparisons if c.variant == "same"]
     # the same model: the interval (a score interval, never degenerate) holds 0, and nothing changes, except on
     # an AMX CPU, where two bf16 servers of one checkpoint differ even one request at a time: 15 of 123 records
-    # and 1 of 30 lm-eval answers in a cold run (2026-12-03), 38 of 201 in results/cpu-2026-12-03-amx/redesign-check.md
+    # and 1 of 30 lm-eval answers in a cold run, 38 of 201 in another
     flips = 0 if settings.cpu.kernels() != "amx" else 2
     assert same and all(c.ci_low <= 0 <= c.ci_high for c in same), same
     assert all(c.binary and (c.flips_base_only or 0) + (c.flips_variant_only or 0) <= flips for c in same), same

