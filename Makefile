@@ -11,7 +11,7 @@ GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
 DATA := $(QEVAL_CACHE)/data/bigbench
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup envs assets gemma browser actionlint demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets gemma browser actionlint demo docs test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -58,7 +58,15 @@ browser:
 actionlint:
 	@bash scripts/install-actionlint.sh $(ACTIONLINT)
 
+# the docs site, served on loopback while you edit docs/ (the reference pages are rendered from the code)
+docs: $(VENV)/.stamp
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+
+# --strict: a broken link or anchor fails the build; the site goes to a temporary folder, never the tree
+SITE := $(or $(TMPDIR),/tmp)/qeval-site
+
 test: setup browser actionlint
+	$(VENV)/bin/mkdocs build --strict -q -d $(SITE)
 	$(VENV)/bin/pytest -q -rs --durations=25 tests  # the 25 slowest, for CI logs: where the time goes
 
 test-fast: $(VENV)/.stamp actionlint
