@@ -60,13 +60,14 @@ actionlint:
 
 # the docs site, served on loopback while you edit docs/ (the reference pages are rendered from the code)
 docs: $(VENV)/.stamp
-	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
-# --strict: a broken link or anchor fails the build; the site goes to a temporary folder, never the tree
+# --strict: a broken link or anchor fails the build (not with -q: quiet hides the warnings strict counts);
+# the site goes to a temporary folder, never the tree
 SITE := $(or $(TMPDIR),/tmp)/qeval-site
 
 test: setup browser actionlint
-	$(VENV)/bin/mkdocs build --strict -q -d $(SITE)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d $(SITE)
 	$(VENV)/bin/pytest -q -rs --durations=25 tests  # the 25 slowest, for CI logs: where the time goes
 
 test-fast: $(VENV)/.stamp actionlint

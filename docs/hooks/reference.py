@@ -11,6 +11,7 @@ import ast
 import inspect
 import io
 import json
+import sys
 import textwrap
 import tokenize
 import types
@@ -21,6 +22,11 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+
+# the checkout this hook lives in documents its own code, whichever qeval the Python running MkDocs has installed
+ROOT = Path(__file__).resolve().parents[2]
+if (ROOT / "qeval" / "__init__.py").is_file() and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 MARKERS = {"cli": "<!-- qeval:cli -->", "campaign": "<!-- qeval:campaign -->", "record": "<!-- qeval:record -->"}
 
