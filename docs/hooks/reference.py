@@ -42,8 +42,9 @@ def _field_comments(cls: type) -> dict[str, str]:
         return {}
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+        text = tok.string.lstrip("#").strip()
+        if tok.type == tokenize.COMMENT and not text.startswith(("type:", "noqa", "pragma")):
+            comments[tok.start[0]] = text
     lines = source.splitlines()
     body = ast.parse(source).body[0]
     out: dict[str, str] = {}
@@ -247,6 +248,43 @@ SAID = {
     "LogprobsSuiteRef.name": "the suite's name: its metrics are logprobs/NAME/...",
     "LogprobsSuiteRef.chunks": "text chunks sent",
     "LogprobsSuiteRef.chunk_chars": "characters per chunk",
+    "RunRecord.schema_version": "the record's schema (see above)",
+    "RunRecord.run_id": "this run's id (kept by a resume)",
+    "RunRecord.campaign": "the campaign's name",
+    "RunRecord.config_hash": "a hash of what decides the results: the campaign as written, its policy's content, "
+                             "recipe files and calibration data by content; not where it runs or logs",
+    "RunRecord.config": "the campaign as validated",
+    "RunRecord.config_file": "the campaign file it was read from",
+    "RunRecord.command": "the command line",
+    "RunRecord.started_at": "ISO 8601, UTC",
+    "RunRecord.finished_at": "ISO 8601, UTC; null while running or when cut",
+    "RunRecord.environment": "the machine (CPU kind, GPUs), the tools' versions as installed, and qeval's own "
+                             "version (`qeval`) and commit (`qeval_commit`)",
+    "RunRecord.variants": "every variant evaluated, the baseline first",
+    "RunRecord.comparisons": "one per (variant, suite, metric): the paired statistics against the baseline",
+    "RunRecord.gates": "one per (variant, rule): the verdict with its bound, margin and MDE",
+    "RunRecord.verdicts": "per variant",
+    "RunRecord.verdict": "the campaign's: PASS only when every variant passed",
+    "RunRecord.multiplicity": "the correction applied across the campaign's p-values",
+    "RunRecord.inconclusive": "what an INCONCLUSIVE gate did to the exit code",
+    "RunRecord.tracking": "where it was logged (MLflow run ids and URI)",
+    "VariantResult.name": "the variant's name",
+    "VariantResult.method": "its method (bf16, gptq, ...)",
+    "VariantResult.key": "its content key: checkpoint, engine build and settings, dtype",
+    "VariantResult.checkpoint": "the checkpoint folder served",
+    "VariantResult.checkpoint_hash": "the checkpoint's content hash",
+    "VariantResult.weights_bytes": "the checkpoint's bytes on disk",
+    "VariantResult.recipe": "the recipe it was made with",
+    "VariantResult.quantize_seconds": "time to make the checkpoint",
+    "VariantResult.engine": "the engine kind that served it",
+    "VariantResult.engine_version": "that engine's installed version",
+    "VariantResult.startup_seconds": "the engine's last start, spawn to healthy",
+    "VariantResult.engine_rss_bytes": "the engine's process-tree RSS",
+    "VariantResult.kv_cache_tokens": "as the engine reports it",
+    "VariantResult.eval_seconds": "the engine busy with suites (start and probe apart)",
+    "VariantResult.status": "ok, error, skipped, or partial (cut while being evaluated)",
+    "VariantResult.error": "why it could not be evaluated",
+    "VariantResult.suites": "one summary per suite: its key, n, primary metric and means",
     "ExecutorSpec.kind": "where the variants run: local (one after another here) or ray",
 }
 
