@@ -11,7 +11,7 @@ GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
 DATA := $(QEVAL_CACHE)/data/bigbench
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup envs assets gemma browser actionlint demo test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
+.PHONY: setup envs assets gemma browser actionlint demo docs test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
 setup: $(VENV)/.stamp envs assets
 
 $(VENV)/.stamp: pyproject.toml
@@ -58,7 +58,16 @@ browser:
 actionlint:
 	@bash scripts/install-actionlint.sh $(ACTIONLINT)
 
+# the docs site, served on loopback while you edit docs/ (the reference pages are rendered from the code)
+docs: $(VENV)/.stamp
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+
+# --strict: a broken link or anchor fails the build (not with -q: quiet hides the warnings strict counts);
+# the site goes to a temporary folder, never the tree
+SITE := $(or $(TMPDIR),/tmp)/qeval-site
+
 test: setup browser actionlint
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d $(SITE)
 	$(VENV)/bin/pytest -q -rs --durations=25 tests  # the 25 slowest, for CI logs: where the time goes
 
 test-fast: $(VENV)/.stamp actionlint
