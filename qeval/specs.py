@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Union
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler,
                       model_validator)
+from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError, to_jsonable_python
 
 from .errors import ConfigError
@@ -116,8 +117,7 @@ def non_defaults(value: Any) -> Any:
             x = non_defaults(getattr(value, name))
             if f.is_required() or (name == "kind" and isinstance(value, Kinded)):
                 out[name] = x
-            elif x != non_defaults(f.default if f.default_factory is None else f.get_default(call_default_factory=True,
-                                                                                              validated_data={})):
+            elif x != non_defaults(_default(f)):
                 out[name] = x
         return out
     if isinstance(value, Mapping):
@@ -125,6 +125,11 @@ def non_defaults(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [non_defaults(v) for v in value]
     return to_jsonable_python(value)
+
+
+def _default(f: FieldInfo) -> Any:
+    # the default itself, not get_default's deep copy: copying a Kinded spec asks the registry for its model
+    return f.default if f.default_factory is None else f.get_default(call_default_factory=True, validated_data={})
 
 
 def _models_in(tp: Any) -> list[type[BaseModel]]:

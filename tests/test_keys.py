@@ -109,6 +109,7 @@ def _keys(tmp_path: Path) -> dict[str, str]:
     (base / "config.json").write_text("{}")
     gptq = VariantSpec(name="w4", method="gptq")
     llmc = LlmCompressor(Runtime(name="llmc", python=Path("/nonexistent/python")), dtype="bfloat16")
+    fake = FakeQuantizer(Runtime(name="fake", python=Path("/nonexistent/python")))
     vkey = camp.variant_key(cfg.baseline, "h")
     return {
         "config": cfg.config_hash(),
@@ -119,7 +120,7 @@ def _keys(tmp_path: Path) -> dict[str, str]:
         "lm_eval suite": resolve_tasks(LmEvalSuiteRef(kind="lm_eval", tasks=["hellaswag"]), tmp_path)[0].key,
         "logprobs suite": load_logprobs_suite(LogprobsSuiteRef(kind="logprobs")).key,
         "checkpoint": llmc.cache_key(base, gptq),
-        "fake checkpoint": FakeQuantizer(Runtime(name="fake", python=Path("/nonexistent/python"))).cache_key(base, gptq),
+        "fake checkpoint": fake.cache_key(base, gptq),
         "probe": str(camp.plan_of(cfg.baseline).probe_path(vkey)),
     }
 
