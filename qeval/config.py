@@ -6,7 +6,6 @@ The components' specs live beside them and are re-exported here for callers that
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,14 +17,14 @@ from pydantic import (Field, PrivateAttr, SerializeAsAny, ValidationError, Valid
 from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpec, TgiSpec, TrtllmSpec, VllmSpec,
                            merged)
 from .errors import ConfigError
-from .hashing import content_hash
+from .hashing import content_hash, key_hash
 from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
-from .quantize.spec import CALIBRATED, LATER_KNOBS, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
-from .specs import (Name, Strict, format_validation, known_keys, line_of, parse_model, read_yaml,
+from .quantize.spec import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
+from .specs import (Name, Strict, format_validation, known_keys, line_of, non_defaults, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
                           SuiteRef)
@@ -260,25 +259,17 @@ class CampaignConfig(Strict):
                                      if v.method != "external" and (g.variants is None or v.name in g.variants)]
 
     def config_hash(self) -> str:
-        # where results are logged changes no result: `run --no-mlflow` then `finish` is the same campaign
-        data = json.loads(json.dumps(self._written)) if self._written is not None else self.model_dump(mode="json", exclude={"mlflow"})
+        """The campaign's identity: what its file says beyond the defaults (non_defaults), so that a setting or
+        an engine kind added to qeval later changes no existing campaign's hash unless the file sets it; a
+        changed default that changes results bumps qeval.hashing.KEY_VERSION instead."""
+        data = json.loads(json.dumps(self._written)) if self._written is not None else non_defaults(self)
+        data.pop("mlflow", None)  # where results are logged changes no result: `run --no-mlflow` then `finish`
         data.pop("executor", None)  # where the variants ran changes no result
-        data["engine"] = self.engine.legacy_form()
-        if data.get("grid") is None:  # campaigns written before the grid existed keep their hash (and resume)
-            data.pop("grid", None)
-        if isinstance(data.get("probe"), dict):  # and probe fields added later, at their defaults
-            data["probe"] = {k: x for k, x in data["probe"].items()
-                             if k not in ProbeSpec.LATER or x != ProbeSpec.LATER[k]}
-        if not (data.get("noise_floor") or {}).get("enabled"):  # likewise campaigns written before the A/A
-            data.pop("noise_floor", None)
         inputs = {v.name: v.recipe for v in self.all_variants()}
-        for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:  # recipe knobs added later:
-            if isinstance(v.get("recipe"), dict):  # out at their defaults
-                changed = RecipeSpec.model_validate(v["recipe"]).changed()
-                v["recipe"] = {k: x for k, x in v["recipe"].items()
-                               if k not in LATER_KNOBS or k in changed or (k == "simulate" and x != "auto")}
+        for v in [data.get("baseline") or {}, *(data.get("variants") or [])]:
+            if isinstance(v.get("recipe"), dict):
                 _content_not_place(v["recipe"], inputs.get(v.get("name")))
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return key_hash(data)
 
 
 def _content_not_place(written: dict[str, Any], recipe: RecipeSpec | None) -> None:
@@ -325,7 +316,7 @@ def load_config(path: str | Path) -> CampaignConfig:
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping of campaign settings at the top level", file=str(path))
     cfg: CampaignConfig = parse_model(CampaignConfig, data, str(path), node)
-    written = cfg.model_dump(mode="json", exclude={"mlflow"})  # before any path is made absolute
+    written = non_defaults(cfg)  # before any path is made absolute
     base = path.resolve().parent
     suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if isinstance(s, CustomSuiteRef)
               else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if isinstance(s, LmEvalSuiteRef)
@@ -342,7 +333,8 @@ def load_config(path: str | Path) -> CampaignConfig:
         if not policy_file.is_file():
             raise ConfigError(f"gate policy {policy_file} does not exist", file=str(path), where="gates")
         cfg = cfg.model_copy(update={"gates": load_policy(policy_file)})
-    written["gates"] = cfg.gates.model_dump(mode="json")  # the policy's content, wherever its file lies
+    written.pop("gates", None)  # the policy's content, wherever its file lies
+    written |= {"gates": gates} if (gates := non_defaults(cfg.gates)) else {}
     cfg._written = written
     for v in cfg.all_variants():
         if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():

@@ -9,8 +9,24 @@ from pathlib import Path
 from typing import Any
 
 
+# The version of every content key qeval stores results, checkpoints and probes under (the variant key, the
+# suite key, the quantized checkpoint's, the probe's, the campaign's config hash; the shared records store is
+# keyed by the variant and suite keys). Bump it when a change alters results under an unchanged key: a new
+# default, a fix in how a suite is scored or a checkpoint made, a setting that now changes outputs. Every key
+# then changes, and nothing stored before is found again (results are recomputed, never mixed). 1: the keys
+# qeval took before the version was folded in.
+KEY_VERSION = 2
+
+
 def stable_hash(obj: Any, n: int = 16) -> str:
+    """A digest of JSON-able content (a file list, chunks of text, a seed's inputs): not a store key (key_hash)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def key_hash(obj: Any, n: int = 16) -> str:
+    """A content key that results, checkpoints or probes are stored and found under: `obj` with KEY_VERSION.
+    Every key qeval stores under is made here, so that bumping the version changes all of them."""
+    return stable_hash({"key_version": KEY_VERSION, "content": obj}, n)
 
 
 def file_hash(path: Path) -> str:

@@ -3,10 +3,9 @@ performance ratios it must meet. Inline in a campaign file or a file of its own 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer,
-                      model_validator)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .specs import Strict
 
@@ -30,14 +29,6 @@ class SequentialSpec(Strict):
     def futility_spend(self) -> float:
         """The power gsd's early FAIL may spend: 0.05 unless given (benchmarks/sequential_gates.py)."""
         return 0.0 if self.method != "gsd" else (0.05 if self.futility is None else self.futility)
-
-
-def _without_unset_sequential(model: Strict, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-    # a policy that does not use the knob dumps as it did before it existed: its campaign keeps its hash
-    data = handler(model)
-    if getattr(model, "sequential", None) is None:
-        data.pop("sequential", None)
-    return data
 
 
 class GateRule(Strict):
@@ -68,10 +59,6 @@ class GateRule(Strict):
         if v is not None and info.data.get("mode") != "noninferiority":
             raise ValueError(f"sequential gates are non-inferiority gates, not {info.data.get('mode')}")
         return v
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset_sequential(self, handler)
 
 
 PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "engine_gpu_bytes", "model_memory_bytes", "kv_cache_tokens",
@@ -116,17 +103,6 @@ class GatePolicy(Strict):
     # once a gate of action fail FAILs a variant, skip its remaining suites (its verdict is FAIL whatever
     # they show: the overall PASS is an intersection-union test); they are reported NOT_RUN
     stop_variant_on_fail: bool = False
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # a policy without `recommend`, `sequential` or `stop_variant_on_fail` dumps as it did before they
-        # existed: its campaigns keep their hash
-        data = _without_unset_sequential(self, handler)
-        if isinstance(data, dict) and data.get("recommend") is None:
-            data.pop("recommend", None)
-        if isinstance(data, dict) and not data.get("stop_variant_on_fail"):
-            data.pop("stop_variant_on_fail", None)
-        return data
 
     @field_validator("sequential")
     @classmethod

@@ -16,7 +16,8 @@ from typing import Annotated, Any, ClassVar, Union
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler,
                       model_validator)
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError, to_jsonable_python
 
 from .errors import ConfigError
 
@@ -102,6 +103,33 @@ class Kinded(Strict):
 
 def known_keys(model: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def non_defaults(value: Any) -> Any:
+    """What a spec says beyond its defaults, as JSON: each field whose value differs from its default (a
+    nested spec: what it says beyond its own defaults), a field without a default always, and a Kinded spec's
+    `kind` always (it says which model the rest belongs to). What keys are taken over: a setting added later
+    at its default, or a kind registered later, adds nothing to them, so no existing key changes; a changed
+    default changes no key either (that is what bumping qeval.hashing.KEY_VERSION is for)."""
+    if isinstance(value, BaseModel):
+        out = {}
+        for name, f in type(value).model_fields.items():
+            x = non_defaults(getattr(value, name))
+            if f.is_required() or (name == "kind" and isinstance(value, Kinded)):
+                out[name] = x
+            elif x != non_defaults(_default(f)):
+                out[name] = x
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): non_defaults(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [non_defaults(v) for v in value]
+    return to_jsonable_python(value)
+
+
+def _default(f: FieldInfo) -> Any:
+    # the default itself, not get_default's deep copy: copying a Kinded spec asks the registry for its model
+    return f.default if f.default_factory is None else f.get_default(call_default_factory=True, validated_data={})
 
 
 def _models_in(tp: Any) -> list[type[BaseModel]]:

@@ -106,36 +106,6 @@ def test_not_utf8(tmp_path):
         load_config(p)
 
 
-def test_a_probe_field_added_later_keys_stored_probes_only_where_set():
-    from qeval.config import ProbeSpec
-
-    class Later(ProbeSpec):  # as if a newer qeval added a knob
-        new_knob: int = 3
-
-    assert ProbeSpec.KEYED <= set(ProbeSpec.model_fields)
-    base = ProbeSpec(enabled=True, concurrency=[1, 4])
-    keyed = {k: v for k, v in base.model_dump(mode="json").items() if k in ProbeSpec.KEYED}
-    assert Later(enabled=True, concurrency=[1, 4]).key() == base.key() == keyed
-    assert set(ProbeSpec.LATER) == set(ProbeSpec.model_fields) - ProbeSpec.KEYED  # the real later ones
-    steady = ProbeSpec(enabled=True, concurrency=[1, 4], warmup_until_steady=0.05)
-    assert steady.key() == {**keyed, "warmup_until_steady": 0.05}
-    assert Later(enabled=True, concurrency=[1, 4], new_knob=4).key() == {**base.key(), "new_knob": 4}
-    assert ProbeSpec(enabled=True, concurrency=[1, 8]).key() != base.key()
-
-
-@pytest.mark.parametrize("engine, old_hash", [
-    ("", "80011d8bc0e58cd5"),
-    ("engine: {kind: trtllm, device: gpu, backend: tensorrt, max_batch_size: 8}\n", "1ea03594e963cf45"),
-])
-def test_a_campaign_keeps_the_hash_it_had_when_one_model_held_every_engine_kind(tmp_path, engine, old_hash):
-    # the hashes qeval gave these files before each engine kind had a model of its own: their runs still resume
-    (tmp_path / "capitals.yaml").write_text((ROOT / "suites/custom/capitals.yaml").read_text())
-    text = GOOD.replace(f"{ROOT}/suites/custom/capitals.yaml", "capitals.yaml")
-    if engine:
-        text = text.replace("{name: q, method: gptq}", "{name: q, method: fp8, quantizer: trtllm}") + engine
-    assert load_config(write(tmp_path, text)).config_hash() == old_hash
-
-
 def test_the_retry_backoff_is_the_engines_and_at_its_default_keeps_the_hash(tmp_path):
     plain = load_config(write(tmp_path, GOOD))
     assert plain.engine.retry_backoff_s == 1.0
@@ -190,28 +160,34 @@ performance:
 """
 
 
-def test_a_policy_without_recommend_keeps_its_hash_and_one_with_it_changes_it(tmp_path):
-    # the hash qeval gave this campaign (no description, a policy file without `recommend`) before either existed
+def test_a_policy_file_enters_the_hash_by_what_it_says_and_recommend_changes_it(tmp_path):
     (tmp_path / "capitals.yaml").write_text((ROOT / "suites/custom/capitals.yaml").read_text())
-    text = GOOD.replace(f"{ROOT}/suites/custom/capitals.yaml", "capitals.yaml") + "gates: policy.yaml\n"
+    plain = GOOD.replace(f"{ROOT}/suites/custom/capitals.yaml", "capitals.yaml")
     (tmp_path / "policy.yaml").write_text(POLICY)
-    cfg = load_config(write(tmp_path, text))
-    assert cfg.config_hash() == "f2bd8d1ab877da40" and cfg.gates.recommend is None
-    assert "recommend" not in cfg.model_dump(mode="json")["gates"]  # what the run record keeps, as before
+    cfg = load_config(write(tmp_path, plain + "gates: policy.yaml\n"))
+    assert cfg.gates.recommend is None
+    inline = load_config(write(tmp_path, plain + "gates: {rules: [{match: '*', margin: 0.1}], performance: "
+                                                 "[{metric: weights_bytes, max_ratio: 0.5}]}\n"))
+    assert inline.config_hash() == cfg.config_hash()  # the policy's content, wherever it is written
+    (tmp_path / "policy.yaml").write_text("recommend: null\n")  # a policy file of defaults only
+    assert load_config(write(tmp_path, plain + "gates: policy.yaml\n")).config_hash() == load_config(
+        write(tmp_path, plain)).config_hash()
     (tmp_path / "policy.yaml").write_text(POLICY + "recommend: {by: throughput_at_slo}\n")
-    by_tp = load_config(write(tmp_path, text))
+    by_tp = load_config(write(tmp_path, plain + "gates: policy.yaml\n"))
     assert by_tp.gates.recommend.by == "throughput_at_slo" and by_tp.config_hash() != cfg.config_hash()
     (tmp_path / "policy.yaml").write_text(POLICY + "recommend: {by: cheapest}\n")
     with pytest.raises(ConfigError, match=r"line 5: recommend.by"):
-        load_config(write(tmp_path, text))
+        load_config(write(tmp_path, plain + "gates: policy.yaml\n"))
 
 
-def test_a_campaign_built_in_code_keeps_its_hash_without_description_or_recommend():
+def test_a_campaign_built_in_code_hashes_what_it_says():
     from qeval.config import CampaignConfig
 
     data = dict(name="t", model={"builtin": "smollm2-135m-instruct"}, baseline={"name": "base", "method": "bf16"},
                 variants=[{"name": "q", "method": "gptq"}], suites=[{"kind": "custom", "path": "/x/capitals.yaml"}])
-    assert CampaignConfig.model_validate(data).config_hash() == "4f0ca8f227c71672"
-    gated = data | {"gates": {"rules": [{"match": "*", "margin": 0.1}],
-                              "performance": [{"metric": "weights_bytes", "max_ratio": 0.5}]}}
-    assert CampaignConfig.model_validate(gated).config_hash() == "e10be1256938b614"
+    plain = CampaignConfig.model_validate(data).config_hash()
+    defaults = data | {"description": "", "gates": {"recommend": None}, "engine": {"kind": "vllm"}, "grid": None}
+    assert CampaignConfig.model_validate(defaults).config_hash() == plain
+    assert CampaignConfig.model_validate(data | {"description": "why"}).config_hash() != plain
+    gated = data | {"gates": {"rules": [{"match": "*", "margin": 0.1}]}}
+    assert CampaignConfig.model_validate(gated).config_hash() != plain

@@ -15,9 +15,6 @@ class EngineSpec(Kinded):
     """What every engine kind has. Validated as EngineSpec, a spec becomes its kind's model."""
 
     default_kind: ClassVar[str] = "vllm"
-    # settings added after campaign hashes were first taken: at these values they stay out of the hash
-    LATER: ClassVar[dict[str, Any]] = {"retry_backoff_s": 1.0, "tensor_parallel_size": 1, "cpu_worker_process": False,
-                                       "kv_cache_dtype": "auto"}
 
     kind: str = "vllm"
     request_timeout_s: float = Field(300, gt=0)
@@ -43,15 +40,6 @@ class EngineSpec(Kinded):
         own = set(known_keys(model))
         others = {k for kind in _BUILT_IN for k in known_keys(_BUILT_IN[kind])} - own
         return {k: v for k, v in data.items() if k not in others}
-
-    def legacy_form(self) -> dict[str, Any]:
-        """Every built-in kind's settings at their defaults, then this spec's: the shape one model of every
-        kind's settings had, which campaign hashes were taken over (their runs still resume)."""
-        defaults: dict[str, Any] = {}
-        for model in _BUILT_IN.values():
-            defaults |= model.model_construct().model_dump(mode="json")
-        form = defaults | self.model_dump(mode="json")
-        return {k: v for k, v in form.items() if k not in self.LATER or v != self.LATER[k]}
 
 
 class ServerSpec(EngineSpec):

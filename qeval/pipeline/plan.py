@@ -13,10 +13,10 @@ from typing import Mapping, NamedTuple
 
 from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GatePolicy, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
-from ..engines.spec import kv_cache_dtype, merged
+from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
-from ..hashing import stable_hash
+from ..hashing import key_hash
 from ..metrics import MetricSpec
 from ..noise import SUFFIX as NOISE_SUFFIX
 from ..quantize.spec import WEIGHT_ONLY
@@ -89,11 +89,11 @@ class VariantPlan:
     def key(self, checkpoint_hash: str | None) -> str:
         key = variant_key(self.variant, self.engine, self.settings, checkpoint_hash)
         # the A/A's records are its own, never the baseline's found again under the same checkpoint
-        return f"aa:{stable_hash([key, self.concurrency])}" if self.role == "noise" else key
+        return f"aa:{key_hash([key, self.concurrency])}" if self.role == "noise" else key
 
     def probe_path(self, vkey: str) -> Path:  # relative to the workspace
         assert self.probe is not None
-        return Path("probe") / f"{stable_hash([vkey, self.probe.key()])}.json"
+        return Path("probe") / f"{key_hash([vkey, self.probe.key()])}.json"
 
 
 def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -> EngineSpec:
@@ -134,22 +134,27 @@ def runtime_for(settings: Settings, kind: str):
     return default(settings) if default else settings.vllm
 
 
+# engine settings that change outputs beyond those every key names, each at the value that changes nothing (the
+# engine's own default): a setting enters a variant's key only where it differs, so that a setting added here
+# later keeps every key where it is not used. Ports, timeouts and the like change no output and are not here.
+OUTPUT_SETTINGS = {
+    "quantization": None, "max_num_seqs": None, "max_num_batched_tokens": None,
+    # GPU kernels reduce in another order across tensor-parallel ranks: a different result
+    "tensor_parallel_size": 1,
+    "device": "cpu",
+    "kv_cache_dtype": "auto",
+}
+
+
 def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint_hash: str | None) -> str:
     if v.method == "external":
-        return "ext:" + stable_hash({"endpoint": v.endpoint, "model": v.served_model})
-    # settings that change outputs are part of the key; ports, timeouts and the like are not
+        return "ext:" + key_hash({"endpoint": v.endpoint, "model": v.served_model})
     key = {"checkpoint": checkpoint_hash, "dtype": spec.dtype, "engine": spec.kind,
            "env": runtime_for(settings, spec.kind).name, "max_model_len": spec.max_model_len}
-    # only where set, so that stores written before these knobs existed still resume
-    key |= {k: getattr(spec, k) for k in ("quantization", "max_num_seqs", "max_num_batched_tokens")
-            if getattr(spec, k, None)}
-    # GPU kernels reduce in another order across tensor-parallel ranks: a different result
-    key |= {"tp": tp} if (tp := getattr(spec, "tensor_parallel_size", 1)) > 1 else {}
-    key |= {"device": spec.device} if spec.device != "cpu" else {}
-    key |= {"kv_cache_dtype": kv} if (kv := kv_cache_dtype(spec)) else {}
+    key |= {k: x for k, neutral in OUTPUT_SETTINGS.items() if (x := getattr(spec, k, neutral)) != neutral}
     # a server started here on the CPU computes with this CPU's kernels (hardware.py: results differ by family)
     key |= {"cpu": settings.cpu.kernels()} if getattr(spec, "device", None) == "cpu" else {}
-    return "ckpt:" + stable_hash(key)
+    return "ckpt:" + key_hash(key)
 
 
 def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> DtypeChoice:

@@ -18,7 +18,7 @@ from ..engines import build_engine
 from ..engines.process import INTERRUPT_GRACE_S
 from ..engines.spec import kv_cache_dtype
 from ..errors import EngineError, MissingEnvError, QuantizeError
-from ..hashing import stable_hash, tree_hash
+from ..hashing import key_hash, tree_hash
 from ..progress import Reporter
 from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
@@ -394,7 +394,7 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
 
     if plan.grid is None:
         return []
-    cells = plan.cell_probe.model_dump(mode="json", exclude={"slo"})  # SLOs change no cell
+    cells = {k: x for k, x in plan.cell_probe.key().items() if k != "slo"}  # SLOs change no cell
     rows = []
     for setting in grid_settings(plan.grid.engine):
         # validated as the campaign's engine is, so the key reads the setting as the engine will
@@ -402,7 +402,7 @@ def grid_rows(plan: VariantPlan, checkpoint_hash: str | None, workspace: Path) -
         key = variant_key(plan.variant, served, plan.settings, checkpoint_hash)
         row_spec = plan.engine.model_copy(update=setting)
         rows.append(GridRow(setting=setting, spec=row_spec, on_server=row_spec == plan.engine,
-                            path=workspace / "grid" / f"{stable_hash([key, cells])}.json"))
+                            path=workspace / "grid" / f"{key_hash([key, cells])}.json"))
     return rows
 
 

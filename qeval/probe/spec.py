@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from ..specs import Name, Strict
+from ..specs import Name, Strict, non_defaults
 
 
 class ProbeSpec(Strict):
@@ -31,21 +31,9 @@ class ProbeSpec(Strict):
     # per-request SLOs for goodput (requests/s meeting all of them), e.g. {ttft_ms: 500, tpot_ms: 50}
     goodput_slo: dict[str, float] = {}
 
-    # the fields a stored probe's key always names; one added later counts only where set, so that a
-    # newer qeval still finds the probes an older one stored
-    KEYED: ClassVar[frozenset[str]] = frozenset({
-        "enabled", "concurrency", "rates", "prompt_tokens", "output_tokens", "requests_per_step",
-        "min_rounds_per_step", "warmup_requests", "max_seconds_per_step", "stop_after_saturation", "slo",
-        "goodput_slo"})
-
-    # fields added after campaign hashes were first taken: at these values they stay out of the hash
-    LATER: ClassVar[dict[str, Any]] = {"warmup_until_steady": None, "warmup_max_seconds": 90}
-
     def key(self) -> dict[str, Any]:
-        """What a stored probe is keyed by (with the variant's key)."""
-        dump = self.model_dump(mode="json")
-        defaults = type(self)().model_dump(mode="json")
-        return {k: v for k, v in dump.items() if k in self.KEYED or v != defaults[k]}
+        """What a stored probe is keyed by (with the variant's key): what this probe says beyond its defaults."""
+        return non_defaults(self)
 
     @field_validator("slo")
     @classmethod

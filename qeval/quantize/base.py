@@ -25,6 +25,7 @@ class Quantizer(Protocol):
     # the installed tool it runs in, picked from the machine's settings (a plugin names its own)
     runtime_of: Callable[["Settings"], "Runtime"]
 
+    # the key its checkpoint is cached under: whatever decides the output, through qeval.hashing.key_hash
     def cache_key(self, base: Path, variant: QuantizeTarget) -> str: ...
 
     def quantize(self, base: Path, variant: QuantizeTarget, out: Path, log: Path,

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..hashing import content_hash
+from ..specs import non_defaults
 from .base import QUANTIZERS, QuantizeTarget
 from .worker import WORKERS, WorkerQuantizer
+
+
+# the recipe's knobs the spec always names (under the worker's names)
+_ALWAYS = ("group_size", "symmetric", "calibration_samples", "calibration_seq_len", "awq_n_grid")
 
 
 @QUANTIZERS.register("llmcompressor")
@@ -22,7 +27,12 @@ class LlmCompressor(WorkerQuantizer):
         r = variant.recipe
         out = {"method": variant.method, "group_size": r.group_size, "symmetric": r.symmetric,
                "samples": r.calibration_samples, "seq_len": r.calibration_seq_len, "awq_n_grid": r.awq_n_grid,
-               "dtype": self.dtype, **{k: x for k, x in r.changed().items() if k not in ("calibration", "file")}}
+               "dtype": self.dtype}
+        # the other knobs where the recipe sets them (the worker's defaults are the recipe's): a knob added
+        # later, at its default, keeps every cached checkpoint
+        out |= {k: x for k, x in non_defaults(r).items() if k not in (*_ALWAYS, "calibration", "file", "simulate")}
+        if r.simulate is True:  # resolved for this machine (plan.simulated): anything else makes a real checkpoint
+            out["simulate"] = True
         if r.calibration is not None:  # in the key by its content, not by where it lies
             cal = r.calibration.model_dump(mode="json", exclude={"path"})
             out["calibration_data"] = cal | {"sha256": content_hash(r.calibration.path)}

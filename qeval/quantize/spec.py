@@ -87,18 +87,8 @@ class RecipeSpec(Strict):
                              f"{'a recipe file' if self.file is not None else self.scheme} may quantize more than weights")
         return self
 
-    def changed(self) -> dict:
-        """The knobs added after checkpoints were first cached, where they differ from their defaults: what a
-        quantizer's cache key takes, so that a recipe that sets none of them keeps its cached checkpoint."""
-        default = RecipeSpec.model_construct()
-        out = {k: getattr(self, k) for k in LATER_KNOBS if getattr(self, k) != getattr(default, k)}
-        if out.get("simulate") is False:  # not simulated: the checkpoint the knob's absence makes
-            del out["simulate"]
-        return out
-
 
 DEFAULT_IGNORE = ("lm_head",)
-LATER_KNOBS = ("bits", "ignore", "actorder", "calibration", "file", "scheme", "simulate")  # RecipeSpec.changed
 # compressed-tensors 0.19's PRESET_SCHEMES (llm-compressor 0.14.0.1), as (weight bits, activation bits, weight type):
 # written out so that a campaign file is checked without importing the tool, and so that a scheme an engine cannot
 # serve is refused by name at plan time

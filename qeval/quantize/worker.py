@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..engines.process import ServerProcess, pid_alive
 from ..errors import MissingEnvError, QuantizeError
-from ..hashing import stable_hash, tree_hash
+from ..hashing import key_hash, stable_hash, tree_hash
 from .calibration import calibration_texts
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class WorkerQuantizer:
 
     def cache_key(self, base: Path, variant: "QuantizeTarget") -> str:
         tool = (self.runtime.version_of(self.dist) if self.dist else "") or self.version
-        return stable_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": tool,
-                            "worker": stable_hash(self.worker.read_text()), **self.cache_extra()})
+        return key_hash({"base": tree_hash(base), "recipe": self.spec(base, variant), "tool": tool,
+                         "worker": stable_hash(self.worker.read_text()), **self.cache_extra()})
 
     def quantize(self, base: Path, variant: "QuantizeTarget", out: Path, log: Path,
                  progress: Callable[[str], None] | None = None) -> Path:

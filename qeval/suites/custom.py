@@ -15,9 +15,9 @@ from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 from ..engines import Endpoint
 from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
-from ..hashing import file_hash, stable_hash
+from ..hashing import file_hash, key_hash, stable_hash
 from ..metrics import MetricSpec, continuous, indicator
-from ..specs import Name, Strict, error_message, keys_at, parse_model, read_yaml, unknown_key
+from ..specs import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
 from ..store import Record
 from .scorers import Scorer, build_scorer
 from .spec import GenerationSpec, ScorerSpec
@@ -150,8 +150,8 @@ def _beside(descriptor: Path, p: Path, where: str) -> Path:
 
 
 def _doc_hash(item: Item) -> str:
-    # without metadata an item hashes as it did before the field existed, so stored results still pair
-    return stable_hash(item.model_dump(mode="json", exclude=set() if item.metadata else {"metadata"}))
+    # what the item says: a field added to items later, unset, leaves every item's hash as it was
+    return stable_hash(non_defaults(item))
 
 
 def load_suite(path: Path) -> CustomSuite:
@@ -162,8 +162,8 @@ def load_suite(path: Path) -> CustomSuite:
     items_path = _beside(path, desc.items, "items")
     if not items_path.is_file():
         raise ConfigError(f"items file {items_path} does not exist", file=str(path), where="items")
-    key_parts = {"descriptor": desc.model_dump(mode="json", exclude=_unset_later_fields(desc))
-                 | {"scorers": [s.key() for s in desc.scorers]}}
+    # what the descriptor says (its items file enters by content, below), a setting added later unset adding nothing
+    key_parts = {"descriptor": {k: x for k, x in non_defaults(desc).items() if k != "items"}}
     specs = []
     for i, spec in enumerate(desc.scorers):
         if getattr(spec, "schema_file", None) is not None:  # relative to the descriptor; its content is keyed
@@ -179,14 +179,8 @@ def load_suite(path: Path) -> CustomSuite:
     except ConfigError as e:
         raise ConfigError(str(e), file=str(path), where="scorers") from None
     items = load_items(items_path)
-    key = stable_hash(key_parts | {"items": file_hash(items_path)})
+    key = key_hash(key_parts | {"items": file_hash(items_path)})
     return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}", source=path)
-
-
-def _unset_later_fields(desc: SuiteDescriptor) -> dict[str, Any]:
-    # fields added after suites were first stored stay out of the key while unset: stored results keep their key
-    # (a scorer's: ScorerSpec.key)
-    return {"items": True, "generation": {"samples"} if desc.generation.samples == 1 else set()}
 
 
 def sample_seeds(item_id: str, samples: int) -> list[int]:

@@ -22,7 +22,7 @@ import yaml
 from ..engines import Endpoint
 from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
-from ..hashing import file_hash, stable_hash
+from ..hashing import file_hash, key_hash
 from ..metrics import MetricSpec
 from ..settings import Runtime
 from ..store import Record
@@ -81,7 +81,7 @@ class LmEvalTask:
 
     def in_batches(self, looks: tuple[tuple[int, int], ...]) -> "LmEvalTask":
         return dataclasses.replace(self, looks=looks, unbatched_key=self.key,
-                                   key=f"{self.key}:b{stable_hash([list(x) for x in looks], 8)}")
+                                   key=f"{self.key}:b{key_hash([list(x) for x in looks], 8)}")
 
     @property
     def planned_docs(self) -> int | None:
@@ -216,7 +216,7 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
             raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
                               " but qeval runs lm-eval offline: a task's data must be local files)",
                               file=config_file, where="suites: lm_eval.tasks")
-        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{stable_hash(content)}", settings=settings,
+        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{key_hash(content)}", settings=settings,
                                 output_type=output_type, metrics=task_metrics(name, text, str(f or config_file))))
     return tasks
 

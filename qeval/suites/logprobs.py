@@ -23,7 +23,7 @@ from ..engines import Endpoint
 from ..engines.base import tls_verify
 from ..engines.capabilities import PromptLogprobsRoute
 from ..errors import ConfigError, EngineError
-from ..hashing import stable_hash
+from ..hashing import key_hash, stable_hash
 from ..metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..store import Record
@@ -78,7 +78,7 @@ def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> Logprob
     if len(chunks) < 2:
         raise ConfigError(f"corpus {ref.corpus} is too short for {ref.chunk_chars}-character chunks",
                           file=config_file, where="suites: logprobs")
-    key = stable_hash({"chunks": stable_hash(chunks), "top_k": ref.top_k, "name": ref.name})
+    key = key_hash({"chunks": stable_hash(chunks), "top_k": ref.top_k, "name": ref.name})
     return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}")
 
 

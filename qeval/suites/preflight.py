@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 from ..engines.process import INTERRUPT_GRACE_S, ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError, QevalError
-from ..hashing import stable_hash
+from ..hashing import key_hash, stable_hash
 from ..settings import Settings
 from .lmeval import LmEvalTask, _task_file, materialize_tasks, resolve_tasks
 from .spec import LmEvalSuiteRef
@@ -56,7 +56,7 @@ def _marker(settings: Settings, task: LmEvalTask) -> Path:
     runtime = settings.vllm
     key = {"task": task.key, "env": runtime.name, "lm_eval": runtime.version_of("lm_eval"),
            "datasets": runtime.version_of("datasets"), "worker": stable_hash(WORKER.read_text())}
-    return settings.cache / "preflight" / f"{stable_hash(key)}.json"
+    return settings.cache / "preflight" / f"{key_hash(key)}.json"
 
 
 def _remember(path: Path, task: LmEvalTask, result: dict) -> None:

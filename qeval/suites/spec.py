@@ -6,7 +6,7 @@ as a factory whose `Spec` is a ScorerSpec subclass."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -39,10 +39,6 @@ class ScorerSpec(Kinded):
     kind: str
     name: str | None = None
 
-    # what a suite's key names of every scorer, at these values where its kind has no such setting; any
-    # other setting counts only where set, so that stored suites keep their keys
-    KEYED: ClassVar[dict[str, Any]] = {"pattern": None, "tolerance": None, "name": None, "number": "last"}
-
     @classmethod
     def model_for(cls, kind: str) -> type["ScorerSpec"]:
         from .scorers import SCORERS  # the registry loads entry points: a plugin's scorer and its Spec
@@ -51,11 +47,6 @@ class ScorerSpec(Kinded):
         if not (isinstance(spec, type) and issubclass(spec, ScorerSpec)):
             raise ValueError(f"scorer {kind!r}: its Spec must be a ScorerSpec (qeval.suites.spec)")
         return spec
-
-    def key(self) -> dict[str, Any]:
-        """What the suite's key is taken over for this scorer."""
-        dump = self.model_dump(mode="json")
-        return {**self.KEYED, **{k: v for k, v in dump.items() if k in self.KEYED or k == "kind" or v is not None}}
 
 
 class RegexScorerSpec(ScorerSpec):

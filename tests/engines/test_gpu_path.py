@@ -91,7 +91,7 @@ def test_an_fp8_kv_cache_is_a_variant_of_its_own(tmp_path):
                                                 log_dir=tmp_path).argv(8000)
     c, c0 = Campaign(cfg, Settings(cache=tmp_path)), Campaign(before, Settings(cache=tmp_path))
     assert c.variant_key(variant, "h") != c.variant_key(cfg.baseline, "h") == c0.variant_key(before.baseline, "h")
-    assert _engine_spec(before, before.baseline).legacy_form() == _engine_spec(cfg, cfg.baseline).legacy_form()
+    assert _engine_spec(before, before.baseline) == _engine_spec(cfg, cfg.baseline)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         CampaignConfig.model_validate({**doc, "engine": {"device": "gpu", "kv_cache_dtype": "int4"}})
 

@@ -26,7 +26,7 @@ def test_a_recipe_that_sets_none_of_them_keeps_the_spec_and_the_cache_key(tmp_pa
     (base / "config.json").write_text("{}")
     q = _quantizer()
     plain = q.spec(base, VariantSpec(name="w4", method="gptq"))
-    # the spec as llm-compressor got it before these knobs existed: the same dict, so the same cache key
+    # the knobs reach the worker only where set (its defaults are the recipe's): the same dict, the same cache key
     assert plain == {"method": "gptq", "group_size": 64, "symmetric": True, "samples": 64, "seq_len": 256,
                      "awq_n_grid": 10, "dtype": "bfloat16"}
     explicit = VariantSpec(name="w4", method="gptq", recipe={"bits": 4, "ignore": ["lm_head"]})
@@ -63,7 +63,7 @@ def test_knobs_a_method_does_not_have_are_refused_with_the_line(tmp_path, varian
 
 def test_defaults():
     r = RecipeSpec()
-    assert (r.bits, r.ignore, r.actorder, r.changed()) == (4, ["lm_head"], None, {})
+    assert (r.bits, r.ignore, r.actorder, r.simulate) == (4, ["lm_head"], None, "auto")
 
 
 def test_bits_vllm_cpu_cannot_serve_are_simulated_or_refused_before_anything_starts(tmp_path):
