@@ -18,12 +18,10 @@ from qeval.settings import Settings
 from .hub_cache import add_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-EMBEDDED = Settings.from_env().models / "smollm2-135m-instruct"
+EMBEDDED = Settings.from_env().models / "smollm2-135m-instruct"  # built by `make setup`
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
 COMMIT = "a" * 40
 OLDER = "b" * 40
-needs_model = pytest.mark.skipif(not (EMBEDDED / "config.json").is_file(),
-                                 reason="the embedded model: `make setup` builds it")
 
 
 @pytest.fixture
@@ -114,7 +112,6 @@ def test_a_folder_or_embedded_model_dumps_no_hub_keys(tmp_path):
     assert hf["hf"] == REPO and hf["revision"] == "main"
 
 
-@needs_model
 def test_the_embedded_model_as_a_hub_snapshot_validates_through_the_cli_and_keeps_its_key(tmp_path):
     cache = tmp_path / "hub"
     snap = add_snapshot(cache, REPO, EMBEDDED, COMMIT)
