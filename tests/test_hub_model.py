@@ -126,3 +126,17 @@ def test_the_embedded_model_as_a_hub_snapshot_validates_through_the_cli_and_keep
                           capture_output=True, text=True, env=env, timeout=300)
     assert gone.returncode == 3, gone.stderr
     assert "HuggingFaceTB/SmolLM2-360M-Instruct at revision main" in gone.stderr and str(cache) in gone.stderr
+
+
+def test_a_ray_node_finds_the_snapshot_at_the_same_commit_in_its_own_hub_cache(tmp_path, offline_cache):
+    from qeval.pipeline.remote import base_on_node
+
+    driver_hub = tmp_path / "driver-hub"
+    driver_snap = add_snapshot(driver_hub, REPO, _tiny(tmp_path / "m", b"\x01"), COMMIT)
+    node_snap = add_snapshot(offline_cache, REPO, tmp_path / "m", COMMIT)  # the node's own cache
+    driver, node = Settings(cache=tmp_path / "driver"), Settings(cache=tmp_path / "node")
+    assert base_on_node(driver_snap, driver, node) == node_snap
+    assert base_on_node(driver.models / "x", driver, node) == node.models / "x"
+    add_snapshot(driver_hub, "org/other", tmp_path / "m", OLDER)
+    with pytest.raises(QevalError, match="org/other at revision " + OLDER):  # not on the node, offline
+        base_on_node(driver_hub / "models--org--other" / "snapshots" / OLDER, driver, node)
