@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from qeval.settings import Settings
 from qeval.setup.doctor import Gpu, diagnose, parse_cuda, parse_gpus
 
@@ -125,6 +123,7 @@ def test_a_ray_cluster_is_reachable_or_not_by_a_tcp_connect(tmp_path):
     report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
     assert [n.what for n in report.missing] == ["a Ray cluster (executor ray)"]
     assert diagnose(settings, environ={}, gpus=NO_GPU).ray == "none configured (RAY_ADDRESS unset)"
+    assert diagnose(settings, environ={"RAY_ADDRESS": "auto"}, gpus=NO_GPU).ray.startswith("RAY_ADDRESS=auto: a cluster")
 
 
 def test_nvidia_smi_output_is_read_into_gpus_and_the_cuda_version():

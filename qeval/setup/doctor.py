@@ -265,9 +265,12 @@ def ray_cluster(environ: Mapping[str, str], address: str | None = None) -> tuple
     source = "RAY_ADDRESS" if address in (None, "auto") else "the campaign's executor.address"
     if address == "local":
         return None, "started for the run on this machine (executor.address: local)"
-    if not target or target == "auto":
+    if not target:
         return None, ("none configured (RAY_ADDRESS unset)" if address is None else
                       "RAY_ADDRESS unset: Ray looks for a cluster started on this machine (`ray start --head`)")
+    if target in ("auto", "local"):
+        return None, f"RAY_ADDRESS={target}: " + ("a cluster started on this machine (`ray start --head`)"
+                                                  if target == "auto" else "started for the run on this machine")
     hostport = target.removeprefix("ray://")
     try:
         reachable(hostport, target, timeout_s=3.0)
