@@ -216,6 +216,24 @@ def validate(config: Path) -> None:
                   f"(max_cells {g.max_cells}), each at most {g.max_seconds_per_cell:g} s")
 
 
+@app.command()
+def doctor(config: Path = typer.Argument(None, help="a campaign file: also what it needs that this machine lacks"),
+           as_json: bool = typer.Option(False, "--json", help="the report as JSON")) -> None:
+    """This machine for qeval: CPU and GPUs, tool environments, what runs here, MLflow, Ray. With a campaign,
+    what it needs that is missing here (exit 3; a bad campaign file exits 2)."""
+    import json
+
+    from .settings import Settings
+    from .setup.doctor import diagnose, render
+
+    report = diagnose(Settings.from_env(), config)
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        render(report, out)
+    raise typer.Exit(report.exit_code)
+
+
 data_app = typer.Typer(no_args_is_help=True, help="Put lm-eval task data on this machine, offline.")
 app.add_typer(data_app, name="data")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (Field, PrivateAttr, SerializeAsAny, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+                      model_serializer, model_validator)
 
 from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpec, TgiSpec, TrtllmSpec, VllmSpec,
                            merged)
@@ -52,24 +52,47 @@ def _engine_keys(kind: Any) -> list[str] | None:
 
 
 class ModelSpec(Strict):
-    """The base (full-precision) checkpoint: a folder, or the embedded one built by `make setup`."""
+    """The base (full-precision) checkpoint: a folder, the embedded one built by `make setup`, or a Hugging Face
+    model id resolved through the local Hugging Face cache (qeval/hub.py). Its content is its key, however named."""
 
     path: Path | None = None
     # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
     # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing);
     # gemma-3-270m: a second family (Gemma terms of use), built on demand by `make gemma`
     builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random", "gemma-3-270m"] | None = None
+    # org/name on the Hugging Face hub: its snapshot in the local cache (HF_HOME / HF_HUB_CACHE), downloaded there
+    # first unless HF_HUB_OFFLINE is set or the hub cannot be reached
+    hf: str | None = None
+    revision: str = "main"  # of `hf`: a branch, a tag or a commit hash
     # auto: bfloat16 where bf16 compute is native (GPU, AVX512-BF16 / AMX CPUs), float32 on other CPUs
     # (qeval/hardware.py); results are keyed by the dtype they were computed in
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # code shipped with a checkpoint runs only when this model's entry says so (engines and quantizers)
     trust_remote_code: bool = False
 
+    @field_validator("hf")
+    @classmethod
+    def _repo_id(cls, v: str | None) -> str | None:
+        from .hub import check_repo_id
+
+        return v if v is None else check_repo_id(v)
+
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
-        if (self.path is None) == (self.builtin is None):
-            raise ValueError("give exactly one of `path` or `builtin`")
+        if sum(x is not None for x in (self.path, self.builtin, self.hf)) != 1:
+            raise ValueError("give exactly one of `path`, `builtin` or `hf`")
+        if self.hf is None and self.revision != "main":
+            raise ValueError("`revision` is the revision of `hf` (a Hugging Face model id)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _own_keys(self, handler: Any) -> dict[str, Any]:
+        # a folder's or an embedded model's entry carries no hub revision (in the record, in the config hash)
+        out = handler(self)
+        if self.hf is None:
+            out.pop("hf", None)
+            out.pop("revision", None)
+        return out
 
 
 class VariantSpec(Strict):

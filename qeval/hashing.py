@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,30 @@ def identity_files(folder: Path) -> list[Path]:
                   and p.name not in VOLATILE and p.suffix != ".log")
 
 
+def in_hub_cache(folder: Path) -> bool:
+    """Whether `folder` is a snapshot in a Hugging Face hub cache (<repo>/snapshots/<commit>, its files links
+    into <repo>/blobs): the hub client's folder, where qeval writes nothing."""
+    return folder.parent.name == "snapshots" and (folder.parent.parent / "blobs").is_dir()
+
+
+def _hub_sha256(path: Path) -> str | None:
+    """A hub snapshot file's sha256 without reading it: the hub names a large (LFS) file's blob by its sha256."""
+    if not path.is_symlink():
+        return None
+    blob = path.resolve()
+    return blob.name if blob.parent.name == "blobs" and _SHA256.fullmatch(blob.name) else None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 def tree_hash(folder: Path) -> str:
     """A checkpoint's content identity (identity_files); memoized in a sidecar keyed by size and mtime. A
-    checkpoint re-made with identical tensors hashes the same, so its stored results are reused."""
+    checkpoint re-made with identical tensors hashes the same, so its stored results are reused. A Hugging Face
+    hub snapshot gets no sidecar: its large files' hashes are their blobs' names, the rest is small."""
     files = identity_files(folder)
+    if in_hub_cache(folder):
+        return stable_hash([(str(p.relative_to(folder)), _hub_sha256(p) or file_hash(p)) for p in files], n=32)
     stat_key = stable_hash([(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
     memo = folder / ".qeval-hash.json"
     try:

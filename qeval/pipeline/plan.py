@@ -198,7 +198,12 @@ def simulated(v: VariantSpec, why: str | None) -> VariantSpec:
     return v.model_copy(update={"recipe": v.recipe.model_copy(update={"simulate": why is not None})})
 
 
-def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
+def base_checkpoint(cfg: CampaignConfig, settings: Settings, local_only: bool = False) -> Path:
+    """The base model's folder. `local_only`: a Hugging Face model from the cache only, never downloaded."""
+    if cfg.model.hf:
+        from ..hub import snapshot
+
+        return snapshot(cfg.model.hf, cfg.model.revision, local_only=local_only)
     if not cfg.model.builtin:
         return cfg.model.path
     base = settings.models / cfg.model.builtin

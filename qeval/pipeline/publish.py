@@ -16,7 +16,7 @@ def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter 
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
     from ..recommend import for_record
     from ..report import write_all
-    from ..tracking.mlflow import default_tracking_uri, log_record
+    from ..tracking.mlflow import log_record
 
     log = (reporter or PlainReporter()).log
     record = result.record
@@ -25,7 +25,7 @@ def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter 
     result.extras.update({k: str(v) for k, v in paths.items()})
     log(for_record(record).text())  # the CI log's line for the release manager, as in summary.md
     if cfg.mlflow.enabled:
-        uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+        uri = cfg.mlflow.uri(cfg.output_dir, os.environ)
         use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
         register_as = cfg.mlflow.registered_name(cfg.name)
         try:

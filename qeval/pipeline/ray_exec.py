@@ -83,7 +83,7 @@ def _ray():
     return ray
 
 
-def _reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
+def reachable(target: str, address: str, timeout_s: float = 10.0) -> None:
     host, _, port = target.rpartition(":")
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
@@ -283,7 +283,7 @@ class RayExecutor:
         address = self.spec.address
         target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
         if target not in ("", "local") and not target.startswith("ray://"):
-            _reachable(target, address)  # Ray itself retries an absent head for minutes
+            reachable(target, address)  # Ray itself retries an absent head for minutes
         try:
             if address == "local":
                 ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,

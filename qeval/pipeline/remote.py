@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Union
 
 from ..engines.process import pid_alive
 from ..errors import MissingEnvError, QuantizeError
+from ..hashing import in_hub_cache
 from ..settings import Settings
 from ..store import Record, ResultsStore
 from .leases import Guard, unguarded
@@ -185,11 +186,21 @@ class StreamReporter:
 
 def on_node(plan: VariantPlan, settings: Settings) -> VariantPlan:
     """The plan as this node runs it: its own settings (cache, engine builds, shared store), and the base
-    checkpoint under its own models folder where the driver's was under the driver's."""
-    base = plan.suites.base_checkpoint
-    if base.is_relative_to(plan.settings.models):
-        base = settings.models / base.relative_to(plan.settings.models)
+    checkpoint where this node keeps it (base_on_node)."""
+    base = base_on_node(plan.suites.base_checkpoint, plan.settings, settings)
     return dataclasses.replace(plan, settings=settings, suites=dataclasses.replace(plan.suites, base_checkpoint=base))
+
+
+def base_on_node(base: Path, driver: Settings, node: Settings) -> Path:
+    """Under the node's own models folder where the driver's was under the driver's; a Hugging Face snapshot at
+    the same commit in the node's own hub cache (downloaded there where the hub is reachable); else as it is."""
+    if base.is_relative_to(driver.models):
+        return node.models / base.relative_to(driver.models)
+    if in_hub_cache(base):  # <cache>/models--org--name/snapshots/<commit>
+        from ..hub import snapshot
+
+        return snapshot(base.parent.parent.name.removeprefix("models--").replace("--", "/"), base.name)
+    return base
 
 
 def shipped_files(workspace: Path, tops: tuple[str, ...] = SHIPPED,

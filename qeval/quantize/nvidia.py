@@ -59,6 +59,7 @@ class TrtllmBuild(WorkerQuantizer):
     dist = "tensorrt_llm"
     methods = frozenset({"fp8"})
     done_file = "qeval-build.json"
+    needs_gpu = True  # a TensorRT engine is built for the GPU it will run on
     install_hint = "install tensorrt-llm from NVIDIA's index (pypi.nvidia.com), then set QEVAL_TRTLLM_PYTHON"
 
     def spec(self, base: Path, variant: QuantizeTarget) -> dict:

@@ -45,6 +45,7 @@ class WorkerQuantizer:
     methods: frozenset[str]  # the methods it makes
     done_file = "config.json"  # what a finished output folder always holds
     install_hint = "make setup"
+    needs_gpu = False  # True: it makes its output for (and on) the machine's NVIDIA GPU
 
     def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None, dtype: str = "bfloat16"):
         # dtype: what the tool computes in (the campaign's choice: float32 on a CPU without native bf16)

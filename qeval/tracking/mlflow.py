@@ -21,16 +21,13 @@ from ..quantize.base import scheme_params
 from ..recommend import for_record
 from ..savings import savings
 from ..store import ResultsStore
+from .spec import default_tracking_uri  # noqa: F401  (where callers have always found it)
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
 
 def metric_name(*parts: str) -> str:
     return "/".join(_BAD.sub("_", p) for p in parts)
-
-
-def default_tracking_uri(output_dir: Path) -> str:
-    return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
 
 
 def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
