@@ -200,7 +200,7 @@ def base_checkpoint(cfg: CampaignConfig, settings: Settings) -> Path:
     if not (base / "config.json").is_file():
         hint = {"llama-3-8b-random": "python scripts/make-random-llama.py " + str(base) + " --tokenizer "
                 + str(settings.models / "smollm2-135m-instruct"), "gemma-3-270m": "make gemma"}.get(cfg.model.builtin,
-                                                                                                     "make setup")
+                                                                                                     "qeval setup")
         raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base), hint)
     return base
 
