@@ -285,30 +285,48 @@ class KitBuilder:
                 self._pip("download qeval's dependencies", *args)
         else:
             self._pip("download qeval's dependencies", *args)
-        for path in sorted(deps.glob("*")):
-            name, version = _dist_of(path.name)
-            if name == "qeval":
-                continue
-            if have.get(name) == version:
-                left_out.append(dict(name=name, version=version, needed_by="qeval"))
-                continue
-            shutil.move(str(path), wheels / path.name)
+        kept, gone = leave_out(sorted(p.name for p in deps.iterdir()), have)
+        left_out += [dict(d, needed_by="qeval") for d in gone]
+        for name in kept:
+            if not (wheels / name).exists():  # qeval's own wheel is there already
+                shutil.move(str(deps / name), wheels / name)
         return wheel
 
     def _lock(self, lock: str, wheels: Path, have: dict[str, str], left_out: list[dict]) -> None:
-        binary, source = [], []
-        for name, version in lock_pins(lock):
-            if have.get(normalize(name)) == version:
-                left_out.append(dict(name=normalize(name), version=version, needed_by=lock))
-            elif any(_dist_of(p.name) == (normalize(name), version) for p in wheels.iterdir()):
-                continue  # the same pin in two locks (the vLLM and llm-compressor envs share most)
-            else:
-                (source if normalize(name) in SOURCE_ONLY else binary).append(f"{name}=={version}")
+        already = {_dist_of(p.name) for p in wheels.iterdir()}
+        binary, source, gone = plan_lock(lock_pins(lock), have, already)
+        left_out += [dict(d, needed_by=lock) for d in gone]
         if binary:
             self._pip(f"download {lock}", "download", "-q", "--no-deps", *self._target_args(), "-d", str(wheels),
                       *binary)
         for req in source:
             self._pip(f"build {req}", "wheel", "-q", "--no-deps", req, "-w", str(wheels))
+
+
+def plan_lock(pins: list[tuple[str, str]], have: dict[str, str], already: set[tuple[str, str]]
+              ) -> tuple[list[str], list[str], list[dict]]:
+    """A lock's pins split into (download as wheels, build from source, left out: the target has that version).
+    Pins already in the wheelhouse (the vLLM and llm-compressor envs share most) are skipped."""
+    binary, source, gone = [], [], []
+    for name, version in pins:
+        key = normalize(name)
+        if have.get(key) == version:
+            gone.append(dict(name=key, version=version))
+        elif (key, version) not in already:
+            (source if key in SOURCE_ONLY else binary).append(f"{name}=={version}")
+    return binary, source, gone
+
+
+def leave_out(files: list[str], have: dict[str, str], keep: str = "qeval") -> tuple[list[str], list[dict]]:
+    """Downloaded files split into (kept, left out: the target has that name at that version)."""
+    kept, gone = [], []
+    for f in files:
+        name, version = _dist_of(f)
+        if name != keep and have.get(name) == version:
+            gone.append(dict(name=name, version=version))
+        else:
+            kept.append(f)
+    return kept, gone
 
 
 def _dist_of(filename: str) -> tuple[str, str]:
