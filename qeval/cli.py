@@ -382,7 +382,8 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
         device: str = typer.Option("cuda", help="the target's device (cuda)"),
         part_size: str = typer.Option("60MiB", help="the most one part folder holds (60MiB, 500KB, 1GiB)"),
         python_version: str = typer.Option("3.12", help="the target's Python"),
-        platform: str = typer.Option("manylinux_2_28_x86_64", help="the target's newest wheel platform tag"),
+        platform: str = typer.Option("manylinux_2_31_x86_64", help="the target's newest wheel platform tag "
+                                                                   "(glibc 2.31 or newer: the locks need it)"),
         have: Path = typer.Option(None, help="`pip freeze` of the target's Python: what it has is left out"),
         no_assets: bool = typer.Option(False, "--no-assets", help="leave out the embedded model and data")) -> None:
     """Download qeval, its CUDA tool envs and the embedded assets into part folders for a machine without

