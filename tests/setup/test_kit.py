@@ -171,3 +171,21 @@ def test_the_kit_command_refuses_a_cpu_kit_and_a_missing_freeze(tmp_path):
     assert r.exit_code == 2 and "nope.txt:--have: no such file" in r.output
     r = CliRunner().invoke(app, ["kit", "--out", str(tmp_path / "k"), "--part-size", "lots"])
     assert r.exit_code == 2 and "not a size" in r.output
+
+
+def test_a_rerun_drops_what_this_kit_does_not_need_and_names_what_is_missing(tmp_path):
+    from qeval.progress import PlainReporter
+    from qeval.setup.build import SetupError
+
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    for name in ("qeval-0.1.0-py3-none-any.whl", "qeval-0.0.9-py3-none-any.whl", "torch-2.11.0-cp312-cp312-x.whl",
+                 "numpy-2.3.5-cp312-cp312-x.whl", "bigbench-1.0.0.tar.gz"):
+        (wheels / name).write_bytes(b"x")
+    builder = kit.KitBuilder(tmp_path, PlainReporter(lambda s: None), kit.KitOptions())
+    # a second run with --have: the target has torch, so the first run's torch wheel goes
+    builder._prune(wheels, {("numpy", "2.3.5"), ("bigbench", "1.0.0")}, "qeval-0.1.0-py3-none-any.whl")
+    assert sorted(p.name for p in wheels.iterdir()) == ["bigbench-1.0.0.tar.gz", "numpy-2.3.5-cp312-cp312-x.whl",
+                                                        "qeval-0.1.0-py3-none-any.whl"]
+    with pytest.raises(SetupError, match=r"not downloaded: vllm==0\.26\.0"):
+        builder._prune(wheels, {("numpy", "2.3.5"), ("vllm", "0.26.0")}, "qeval-0.1.0-py3-none-any.whl")
