@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -24,7 +23,7 @@ from ..errors import ConfigError
 from ..progress import Reporter
 from .assets import BIGBENCH_DIST, MODEL_DIST
 from .build import SetupError, run_step
-from .envs import TABLE, lock_path
+from .envs import lock_path
 from .stamp import normalize
 
 MANIFEST = "manifest.json"

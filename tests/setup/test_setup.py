@@ -16,18 +16,18 @@ from qeval.errors import ConfigError
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.setup import stamp, tools
-from qeval.setup.build import EnvBuilder, SetupError
+from qeval.setup.build import EnvBuilder, SetupError, Source
 from qeval.setup.envs import TABLE, ToolEnv, envs_for
 from qeval.setup.install import setup
 
 
-def fake_venv(folder: Path, dists: dict[str, str] = {}) -> Path:
+def fake_venv(folder: Path, dists: dict[str, str] | None = None) -> Path:
     """A folder shaped as a venv whose Python is this one, with these dist-info folders."""
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "python").symlink_to(sys.executable)
     site = folder / "lib" / "python3.12" / "site-packages"
     site.mkdir(parents=True)
-    for d, v in dists.items():
+    for d, v in (dists or {}).items():
         (site / f"{d}-{v}.dist-info").mkdir()
     return folder
 
@@ -87,8 +87,7 @@ def test_a_failing_step_is_named_with_its_log_and_exit_3(tmp_path):
     empty = tmp_path / "wheels"
     empty.mkdir()
     env, by_tool = overlay(tmp_path, ("qeval-no-such-package==1.0",))
-    b = EnvBuilder(tmp_path, PlainReporter(lambda s: None))
-    b.source = type(b.source)(empty)  # offline from an empty wheelhouse: pip finds nothing
+    b = EnvBuilder(tmp_path, PlainReporter(lambda s: None), Source(empty))  # offline, and pip finds nothing
     with pytest.raises(SetupError) as e:
         b.build(env, by_tool)
     log = tmp_path / "envs" / ".logs" / "overlay-env.log"
