@@ -81,7 +81,8 @@ if missing or damaged:
         print(f"install.sh: missing {m}", file=sys.stderr)
     for d in damaged:
         print(f"install.sh: sha256 mismatch {d}", file=sys.stderr)
-    sys.exit(f"install.sh: {len(missing)} missing, {len(damaged)} damaged of {sum(len(f['pieces']) for f in manifest['files'])} pieces; copy them again from the kit")
+    total = sum(len(f["pieces"]) for f in manifest["files"])
+    sys.exit(f"install.sh: {len(missing)} missing, {len(damaged)} damaged of {total} pieces; copy them again from the kit")
 for f, paths in todo:
     tmp = out / (f["name"] + ".joining")
     with open(tmp, "wb") as dst:

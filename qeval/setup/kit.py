@@ -261,7 +261,7 @@ class KitBuilder:
                           "==".join(BIGBENCH_DIST), "-d", str(wheels))
         info = dict(qeval_wheel=qeval_wheel.name, device=o.device, python_version=o.python_version,
                     platform=o.platform, system_site_packages=bool(have), assets=o.assets,
-                    left_out=sorted(left_out, key=lambda d: d["name"]))
+                    left_out=merge_left_out(left_out))
         self._prune(wheels, wanted, qeval_wheel.name)
         with self.reporter.step(f"part folders of at most {o.part_size} bytes"):
             manifest = write_kit(wheels, self.out, o.part_size, info)
@@ -334,6 +334,15 @@ def plan_lock(pins: list[tuple[str, str]], have: dict[str, str], already: set[tu
         elif (key, version) not in already:
             (source if key in SOURCE_ONLY else binary).append(f"{name}=={version}")
     return binary, source, gone
+
+
+def merge_left_out(entries: list[dict]) -> list[dict]:
+    """One entry per distribution left out, naming every lock (or qeval) that needs it."""
+    merged: dict[tuple[str, str], dict] = {}
+    for e in entries:
+        m = merged.setdefault((e["name"], e["version"]), dict(name=e["name"], version=e["version"], needed_by=[]))
+        m["needed_by"].append(e["needed_by"])
+    return [merged[k] for k in sorted(merged)]
 
 
 def leave_out(files: list[str], have: dict[str, str], keep: str = "qeval") -> tuple[list[str], list[dict]]:

@@ -139,6 +139,9 @@ def test_have_leaves_out_what_the_target_has_at_the_locked_version(tmp_path):
                                {"numpy": "2.0.1", "qeval": "0.1.0", "pyyaml": "6.0.3"})
     assert kept == ["qeval-0.1.0-py3-none-any.whl", "PyYAML-6.0.4-cp312-cp312-manylinux_2_17_x86_64.whl"]
     assert gone == [{"name": "numpy", "version": "2.0.1"}]
+    assert kit.merge_left_out([dict(name="torch", version="2.11.0", needed_by="cuda-vllm.txt"),
+                               dict(name="torch", version="2.11.0", needed_by="cuda-llmc.txt")]) == \
+        [dict(name="torch", version="2.11.0", needed_by=["cuda-vllm.txt", "cuda-llmc.txt"])]
 
 
 def test_a_bad_freeze_line_is_named_with_file_and_line(tmp_path):
