@@ -95,18 +95,21 @@ for f, paths in todo:
         sys.exit(f"install.sh: {f['name']} joined has the wrong sha256")
     os.replace(tmp, out / f["name"])
 print(f"install.sh: {len(manifest['files'])} files checked in {out}", file=sys.stderr)
-print(manifest["device"], int(manifest.get("system_site_packages", False)), manifest["qeval_wheel"])
+print(manifest["device"], int(manifest.get("system_site_packages", False)), int(manifest.get("assets", True)),
+      manifest["qeval_wheel"])
 PY
 )
-read -r device kit_system_site qeval_wheel <<<"$settings"
+read -r device kit_system_site kit_assets qeval_wheel <<<"$settings"
 [ "$check" = 1 ] && exit 0
 
 # a kit made with --have leaves out what the target's Python already has: the envs must see it
 [ "$kit_system_site" = 1 ] && system_site=1
 site=()
 [ "$system_site" = 1 ] && site=(--system-site-packages)
+assets=()
+[ "$kit_assets" = 1 ] || assets=(--no-assets)  # a kit made with --no-assets: the model and data come otherwise
 echo "install.sh: qeval into $prefix/venv"
 "$py" -m venv "${site[@]}" "$prefix/venv"
 "$prefix/venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$wheelhouse/$qeval_wheel"
-"$prefix/venv/bin/qeval" setup --device "$device" --wheelhouse "$wheelhouse" "${site[@]}"
+"$prefix/venv/bin/qeval" setup --device "$device" --wheelhouse "$wheelhouse" "${site[@]}" "${assets[@]}"
 echo "install.sh: done; run qeval as $prefix/venv/bin/qeval"

@@ -192,3 +192,41 @@ def test_a_rerun_drops_what_this_kit_does_not_need_and_names_what_is_missing(tmp
                                                         "qeval-0.1.0-py3-none-any.whl"]
     with pytest.raises(SetupError, match=r"not downloaded: vllm==0\.26\.0"):
         builder._prune(wheels, {("numpy", "2.3.5"), ("vllm", "0.26.0")}, "qeval-0.1.0-py3-none-any.whl")
+
+
+def _stand_in_qeval_wheel(folder: Path) -> str:
+    """A wheel named qeval whose `qeval` command only writes down its arguments: what install.sh runs."""
+    import zipfile
+
+    name, info = "qeval-0.0.1-py3-none-any.whl", "qeval-0.0.1.dist-info"
+    files = {"qeval_stand_in.py": "import json, os, sys\n\ndef main():\n"
+                                  "    open(os.environ['QEVAL_ARGS_FILE'], 'w').write(json.dumps(sys.argv[1:]))\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: qeval\nVersion: 0.0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             f"{info}/entry_points.txt": "[console_scripts]\nqeval = qeval_stand_in:main\n"}
+    files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / name, "w") as z:
+        for n, text in files.items():
+            z.writestr(n, text)
+    return name
+
+
+@pytest.mark.parametrize("system_site,assets", [(False, True), (True, False)])
+def test_install_makes_a_venv_installs_qeval_offline_and_runs_setup_from_the_wheelhouse(tmp_path, system_site, assets):
+    src = tmp_path / "src"
+    src.mkdir()
+    wheel = _stand_in_qeval_wheel(src)
+    (src / "filler-1.0-py3-none-any.whl").write_bytes(b"\0" * 30_000)  # split over folders
+    info = dict(qeval_wheel=wheel, device="cuda", python_version="%d.%d" % sys.version_info[:2],
+                platform="manylinux_2_31_x86_64", system_site_packages=system_site, assets=assets, left_out=[])
+    kit.write_kit(src, tmp_path / "kit", PART, info)
+    prefix, args_file = tmp_path / "prefix", tmp_path / "args.json"
+    r = subprocess.run(["bash", str(tmp_path / "kit" / "part-001" / "install.sh"), str(prefix)], capture_output=True,
+                       text=True, env={**os.environ, "PYTHON": sys.executable, "QEVAL_ARGS_FILE": str(args_file)},
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cfg = (prefix / "venv" / "pyvenv.cfg").read_text()
+    assert f"include-system-site-packages = {'true' if system_site else 'false'}" in cfg
+    expected = ["setup", "--device", "cuda", "--wheelhouse", str(prefix / "wheelhouse")]
+    expected += ["--system-site-packages"] * system_site + ["--no-assets"] * (not assets)
+    assert json.loads(args_file.read_text()) == expected
