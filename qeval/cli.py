@@ -389,7 +389,8 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
     """Download qeval, its CUDA tool envs and the embedded assets into part folders for a machine without
     network; its install.sh joins, checks and installs them there."""
     from .errors import ConfigError
-    from .setup.kit import KitBuilder, KitOptions, parse_size
+    from .setup.kit import KitBuilder, KitOptions
+    from .setup.parts import parse_size
 
     try:
         if have is not None and not have.is_file():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from qeval.errors import ConfigError
-from qeval.setup import kit
+from qeval.setup import kit, parts
 
 PART = 12 * 1024  # room for install.sh and the manifest in part-001, and several pieces per folder
 
@@ -34,7 +34,7 @@ def make_kit(wheelhouse: Path, out: Path) -> dict:
     info = dict(qeval_wheel="small-0.1-py3-none-any.whl", device="cuda",
                 python_version="%d.%d" % sys.version_info[:2], platform="manylinux_2_28_x86_64",
                 system_site_packages=False, assets=True, left_out=[])
-    return kit.write_kit(wheelhouse, out, PART, info)
+    return parts.write_kit(wheelhouse, out, PART, info)
 
 
 def check(kit_dir: Path, prefix: Path, script: Path | None = None, **env: str) -> subprocess.CompletedProcess:
@@ -153,11 +153,11 @@ def test_a_bad_freeze_line_is_named_with_file_and_line(tmp_path):
 
 
 def test_sizes_and_platform_tags():
-    assert kit.parse_size("60MiB") == 60 * 2 ** 20 and kit.parse_size("500KB") == 500_000
-    assert kit.parse_size("1.5GiB") == 3 * 2 ** 29 and kit.parse_size("65536") == 65536
+    assert parts.parse_size("60MiB") == 60 * 2 ** 20 and parts.parse_size("500KB") == 500_000
+    assert parts.parse_size("1.5GiB") == 3 * 2 ** 29 and parts.parse_size("65536") == 65536
     for bad in ("60 parsecs", "MiB", "1KB"):
         with pytest.raises(ConfigError):
-            kit.parse_size(bad)
+            parts.parse_size(bad)
     tags = kit.platform_tags("manylinux_2_28_x86_64")
     assert tags[0] == "manylinux_2_28_x86_64" and "manylinux_2_17_x86_64" in tags and "manylinux2014_x86_64" in tags
     assert "manylinux_2_29_x86_64" not in tags
@@ -219,7 +219,7 @@ def test_install_makes_a_venv_installs_qeval_offline_and_runs_setup_from_the_whe
     (src / "filler-1.0-py3-none-any.whl").write_bytes(b"\0" * 30_000)  # split over folders
     info = dict(qeval_wheel=wheel, device="cuda", python_version="%d.%d" % sys.version_info[:2],
                 platform="manylinux_2_31_x86_64", system_site_packages=system_site, assets=assets, left_out=[])
-    kit.write_kit(src, tmp_path / "kit", PART, info)
+    parts.write_kit(src, tmp_path / "kit", PART, info)
     prefix, args_file = tmp_path / "prefix", tmp_path / "args.json"
     r = subprocess.run(["bash", str(tmp_path / "kit" / "part-001" / "install.sh"), str(prefix)], capture_output=True,
                        text=True, env={**os.environ, "PYTHON": sys.executable, "QEVAL_ARGS_FILE": str(args_file)},
