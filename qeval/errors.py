@@ -42,5 +42,5 @@ class QuantizeError(QevalError):
 class MissingEnvError(QevalError):
     """A runtime environment (engine / quantizer venv, model, data) was not built."""
 
-    def __init__(self, what: str, path: str, hint: str = "make setup"):
+    def __init__(self, what: str, path: str, hint: str = "qeval setup"):
         super().__init__(f"{what} not found at {path}; build it with `{hint}`")

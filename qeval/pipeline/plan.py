@@ -209,8 +209,8 @@ def base_checkpoint(cfg: CampaignConfig, settings: Settings, local_only: bool = 
     base = settings.models / cfg.model.builtin
     if not (base / "config.json").is_file():
         hint = {"llama-3-8b-random": "python scripts/make-random-llama.py " + str(base) + " --tokenizer "
-                + str(settings.models / "smollm2-135m-instruct"), "gemma-3-270m": "make gemma"}.get(cfg.model.builtin,
-                                                                                                     "make setup")
+                + str(settings.models / "smollm2-135m-instruct"),
+                "gemma-3-270m": "qeval setup --model gemma-3-270m"}.get(cfg.model.builtin, "qeval setup")
         raise MissingEnvError(f"the embedded model {cfg.model.builtin!r}", str(base), hint)
     return base
 

@@ -39,7 +39,7 @@ class ModelOpt(WorkerQuantizer):
     version = "0.47.0"
     dist = "nvidia-modelopt"
     methods = frozenset({"fp8"})
-    install_hint = "pip install nvidia-modelopt==0.47.0 into a Python with torch and transformers, then set QEVAL_MODELOPT_PYTHON"
+    install_hint = "qeval setup --only modelopt"
 
     def spec(self, base: Path, variant: QuantizeTarget) -> dict:
         if variant.method != "fp8":

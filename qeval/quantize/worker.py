@@ -44,7 +44,7 @@ class WorkerQuantizer:
     dist: str = ""  # its distribution's name, to read the installed version
     methods: frozenset[str]  # the methods it makes
     done_file = "config.json"  # what a finished output folder always holds
-    install_hint = "make setup"
+    install_hint = "qeval setup"
     needs_gpu = False  # True: it makes its output for (and on) the machine's NVIDIA GPU
 
     def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None, dtype: str = "bfloat16"):

@@ -1,7 +1,7 @@
-"""BIG-bench tasks from the bigbench sdist on PyPI (the one `make setup` downloads, never committed): a task's
+"""BIG-bench tasks from the bigbench sdist on PyPI (the one `qeval setup` downloads, never committed): a task's
 task.json extracted into the data folder beside rows {id, input, choices, gold, target} that lm-eval's json
-loader reads, and a task YAML to start from. Standard library only: scripts/fetch-bigbench.sh runs it with the
-system Python (`python3 -m qeval.suites.bigbench SDIST OUT TASK...`)."""
+loader reads, and a task YAML to start from. Standard library only, so that any Python can run it
+(`python3 -m qeval.suites.bigbench SDIST OUT TASK...`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, MissingEnvError
 
-SDIST = "bigbench-1.0.0.tar.gz"  # in <data>/.download, where scripts/fetch-bigbench.sh puts it
+SDIST = "bigbench-1.0.0.tar.gz"  # in <data>/.download, where `qeval setup` puts it
 TASKS = "bigbench-1.0.0/bigbench/benchmark_tasks/"
 SHIPPED = ("general_knowledge", "arithmetic/1_digit_addition", "unit_conversion/unit_identification",
            "movie_recommendation", "logical_sequence")  # what suites/lmeval/ reads

@@ -131,7 +131,7 @@ suites:
 mlflow: {{enabled: false}}
 """)
     settings = Settings.from_env()
-    assert settings.modelopt.exists(), "built by `make setup` (scripts/env-modelopt.sh)"
+    assert settings.modelopt.exists(), "built by `qeval setup` (make setup)"
     out = run_qeval(spawn, "run", str(cfg))
     assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
     rec = RunRecord.load(tmp_path / "runs" / "modelopt" / "run.json")

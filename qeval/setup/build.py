@@ -1,0 +1,120 @@
+"""Build the tool envs of one device table: each returns at once when its stamp holds its spec hash, and a
+half-built one (no stamp) is rebuilt from scratch. Every step's output goes to a log under envs/.logs/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import QevalError
+from ..progress import Reporter
+from . import stamp
+from .envs import ToolEnv, lock_path
+
+
+class SetupError(QevalError):
+    """A setup step failed (exit 3): names the step and the log holding pip's output."""
+
+    def __init__(self, step: str, log: Path, detail: str = ""):
+        self.step, self.log = step, log
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.is_file() else ""
+        super().__init__(f"setup step '{step}' failed{': ' + detail if detail else ''}; log: {log}"
+                         + (f"\n--- log (tail) ---\n{tail}" if tail else ""))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where pip finds packages: its index (default) or a folder of wheels, offline."""
+
+    wheelhouse: Path | None = None
+
+    def args(self) -> list[str]:
+        return ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    # the caller's venv / path must not leak into an env that pins different versions
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
+    env.update(extra or {})
+    return env
+
+
+def run_step(step: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        try:
+            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env or clean_env()).returncode
+        except OSError as e:  # no such interpreter: the env it runs in is missing
+            raise SetupError(step, log, str(e)) from None
+    if code != 0:
+        raise SetupError(step, log, f"exit {code}")
+
+
+@dataclass
+class EnvBuilder:
+    cache: Path
+    reporter: Reporter
+    source: Source = Source()
+    system_site_packages: bool = False
+    base_python: str = sys.executable  # the interpreter the venvs are made from
+
+    @property
+    def envs_dir(self) -> Path:
+        return self.cache / "envs"
+
+    def folder(self, env: ToolEnv) -> Path:
+        return self.envs_dir / env.name
+
+    def python_of(self, env: ToolEnv, by_tool: dict[str, ToolEnv]) -> Path:
+        """The interpreter that runs this tool: its venv's, or for an overlay the one of the env it sits on."""
+        owner = by_tool[env.overlay_of] if env.overlay_of else env
+        return self.folder(owner) / "bin" / "python"
+
+    def _site_roots(self, env: ToolEnv) -> list[Path]:
+        folder = self.folder(env)
+        return [folder] if env.overlay_of else sorted(folder.glob("lib/python*/site-packages"))
+
+    def build(self, env: ToolEnv, by_tool: dict[str, ToolEnv]) -> str:
+        """Build `env` unless current; returns what was done: "current", "adopted" or "built"."""
+        folder, spec = self.folder(env), env.spec_hash()
+        if stamp.is_current(folder, spec):
+            self.reporter.log(f"{env.name}: current ({folder})")
+            return "current"
+        if stamp.is_legacy(folder) and stamp.holds(stamp.versions_in(self._site_roots(env)), env.pins):
+            stamp.write(folder, spec)
+            self.reporter.log(f"{env.name}: built earlier with the pinned versions, kept ({folder})")
+            return "adopted"
+        log = self.envs_dir / ".logs" / f"{env.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+        python = self.python_of(env, by_tool)
+        with self.reporter.step(f"{env.name}: building (log: {log})"):
+            shutil.rmtree(folder, ignore_errors=True)  # a half-built env is rebuilt from scratch
+            if env.overlay_of:
+                if not python.exists():
+                    raise SetupError(f"{env.name}: find {env.overlay_of} env", log,
+                                     f"{python} is missing: build the {env.overlay_of} env first")
+                folder.mkdir(parents=True)
+                pip = [str(python), "-m", "pip", "install", "-q", "--target", str(folder)]
+            else:
+                venv = [self.base_python, "-m", "venv"] + (["--system-site-packages"] if self.system_site_packages
+                                                            else []) + [str(folder)]
+                run_step(f"{env.name}: create venv", venv, log)
+                pip = [str(python), "-m", "pip", "install", "-q"]
+            for args in env.installs:
+                args = [str(lock_path(a.split("/", 1)[1])) if a.startswith("locks/") else a for a in args]
+                run_step(f"{env.name}: pip install {' '.join(args)}", pip + self.source.args() + args, log)
+            if env.uninstall:
+                run_step(f"{env.name}: pip uninstall {' '.join(env.uninstall)}",
+                         [str(python), "-m", "pip", "uninstall", "-q", "-y", *env.uninstall], log)
+            extra = {"PYTHONPATH": str(folder)} if env.overlay_of else {}
+            run_step(f"{env.name}: check", [str(python), "-c", env.check], log, clean_env(extra))
+            stamp.write(folder, spec)
+        self.reporter.log(f"{env.name}: built ({folder})")
+        return "built"
