@@ -126,7 +126,8 @@ def _data_files(task_file: Path, data_dir: Path) -> list[Path]:
     for x in _flat_data_files(spec):
         if "://" in x:
             raise ConfigError(f"data file {x} is remote: qeval cannot download; provide it as a local file (see "
-                              "README 'Adding a task')", file=str(task_file), where="dataset_kwargs.data_files")
+                              "docs/guides/suites-and-tasks.md, 'Adding a task of your own')", file=str(task_file),
+                              where="dataset_kwargs.data_files")
         path = task_file.parent / x.replace(DATA_PLACEHOLDER, str(data_dir))  # an absolute one stays as it is
         matched = sorted(path.parent.glob(path.name)) if glob.has_magic(path.name) and path.parent.is_dir() else []
         out += matched or [path]

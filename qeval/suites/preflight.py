@@ -32,7 +32,7 @@ WORKER = Path(__file__).resolve().parent.parent / "workers" / "check_lmeval_task
 # what run_lmeval gives lm-eval: the check reads data the way the run will
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-ADD_A_TASK = "see README 'Adding a task'"
+ADD_A_TASK = "see docs/guides/suites-and-tasks.md, 'Adding a task of your own'"
 
 
 @dataclass(frozen=True)

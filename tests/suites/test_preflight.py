@@ -100,7 +100,7 @@ def test_a_task_whose_dataset_is_not_here_is_exit_2_naming_it(tmp_path, engine, 
                           command)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "lm-eval task 'hellaswag': its dataset (Rowan/hellaswag) is not on this machine" in r.stderr
-    assert "qeval cannot download" in r.stderr and "README 'Adding a task'" in r.stderr
+    assert "qeval cannot download" in r.stderr and "'Adding a task of your own'" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()  # found before anything was written or started
     print(f"{command}, hellaswag missing: {seconds:.1f} s")
