@@ -51,6 +51,10 @@ def test_on_this_machine_it_finds_the_vllm_env_and_its_version_as_json():
     assert vllm["versions"]["lm_eval"] == settings.vllm.version_of("lm_eval") != ""
     assert report["machine"]["kernels"] == settings.cpu.kernels()
     assert report["campaign"] is None and report["exit_code"] == 0
+    # the fake engine is qeval's own tests' stand-in: shown apart, never as an engine that runs here
+    assert "engine fake" in report["test_doubles"] and "quantizer fake" in report["test_doubles"]
+    assert "fake" not in {a["name"] for a in report["abilities"]}
+    assert {"vllm", "external"} <= {a["name"] for a in report["abilities"] if a["kind"] == "engine"}
 
 
 def test_a_campaign_whose_needs_are_all_here_exits_0_after_planning_it(tmp_path):
@@ -141,3 +145,63 @@ def test_the_tracking_uri_is_the_one_the_campaign_would_log_to(tmp_path):
     assert f"sqlite:///{tmp_path}/runs/mlflow.db" in diagnose(settings, cfg, environ={}, gpus=NO_GPU).mlflow
     uri = diagnose(settings, cfg, environ={"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"}, gpus=NO_GPU).mlflow
     assert uri == "http://127.0.0.1:5000 (MLFLOW_TRACKING_URI)"
+
+
+def test_a_plugin_engine_is_listed_and_a_test_double_is_not(monkeypatch):
+    from qeval.engines.base import ENGINES
+    from qeval.settings import Runtime
+
+    class PluginEngine:  # what a package's `qeval.engines` entry point registers
+        kind = "plugin-engine"
+        default_runtime = staticmethod(lambda settings: Runtime("plugin-engine-1", Path(sys.executable)))
+
+    class StandIn(PluginEngine):
+        kind = "stand-in"
+        test_double = True
+
+    monkeypatch.setitem(ENGINES._items, "plugin-engine", PluginEngine)
+    monkeypatch.setitem(ENGINES._items, "stand-in", StandIn)
+    report = diagnose(Settings.from_env(), environ={}, gpus=NO_GPU)
+    engines = {a.name: a for a in report.abilities if a.kind == "engine"}
+    assert engines["plugin-engine"].status == "yes" and engines["plugin-engine"].note == "runtime plugin-engine-1"
+    assert "stand-in" not in engines and "fake" not in engines
+    assert report.test_doubles == ["engine fake", "engine stand-in", "quantizer fake"]
+
+
+def test_on_ray_the_model_and_lm_eval_data_are_needed_on_this_machine_as_validate_needs_them(tmp_path, monkeypatch):
+    """Planning hashes the model and the tasks' data here whatever the executor: missing here is exit 3, as
+    `qeval validate` says, even though the nodes bring their own tools."""
+    from typer.testing import CliRunner
+
+    from qeval.cli import app
+
+    empty = tmp_path / "empty-cache"
+    monkeypatch.setenv("QEVAL_CACHE", str(empty))
+    settings = Settings.from_env()
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "mine.yaml").write_text("task: mine\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+                                     "    test: \"{qeval_data}/mine/task.jsonl\"\ntest_split: test\n"
+                                     "output_type: generate_until\ndoc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n")
+    with socket.socket() as listening:  # a reachable cluster: what is missing is this machine's alone
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        cfg = campaign(tmp_path, extra=f"  - {{kind: lm_eval, include_path: {tasks}, tasks: [mine]}}\n"
+                                       f"executor: {{kind: ray, address: '127.0.0.1:{port}'}}\n")
+        report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
+        missing = {n.what: n.detail for n in report.missing}
+        assert report.exit_code == 3
+        assert set(missing) == {"model smollm2-135m-instruct", "lm-eval data (mine)"}, missing
+        assert "planning reads it on this machine" in missing["model smollm2-135m-instruct"]
+        assert str(settings.data / "mine" / "task.jsonl") in missing["lm-eval data (mine)"]
+        r = CliRunner().invoke(app, ["validate", str(cfg)])
+        assert r.exit_code == 3 and "data for lm-eval task 'mine'" in r.output, r.output
+
+        data = settings.data / "mine" / "task.jsonl"
+        data.parent.mkdir(parents=True)
+        data.write_text('{"q": "1+1=", "a": "2"}\n')
+        report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
+        assert [n.what for n in report.missing] == ["model smollm2-135m-instruct"] and report.exit_code == 3
+        r = CliRunner().invoke(app, ["validate", str(cfg)])
+        assert r.exit_code == 3 and "the embedded model 'smollm2-135m-instruct' not found" in r.output, r.output

@@ -78,7 +78,8 @@ class Engine(Protocol):
     """Every engine's lifecycle. `build_engine` constructs it with keyword arguments only (see __init__);
     nothing runs until `start()`, and `stop()` (or leaving the `with` block) ends whatever start began.
     After a fault the same object is started again (a restart): `start()` after `stop()` must work.
-    Optional: a static `serve_dtypes(method, device, checkpoint, cpu)` (see serve_dtypes below)."""
+    Optional: a static `serve_dtypes(method, device, checkpoint, cpu)` (see serve_dtypes below); `test_double =
+    True` on a stand-in for tests (the fake engine), which `qeval doctor` then lists apart, not as runnable."""
 
     kind: ClassVar[str]  # its registry name, and what its Endpoint says served it
     capabilities: ClassVar[Capabilities]

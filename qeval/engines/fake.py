@@ -101,6 +101,7 @@ class FakeSpec(VllmSpec):
 class FakeEngine(VllmEngine):
     kind = "fake"
     Spec = FakeSpec
+    test_double = True  # a stand-in for qeval's own tests: `qeval doctor` shows it apart from what a user serves
     # echo prompt logprobs with alternatives, text prompts only (no tokenizer), vLLM's /metrics names
     capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=False, metrics=(METRICS,),
                                 memory=("rss_bytes",))

@@ -19,6 +19,7 @@ from .worker import WORKERS, WorkerQuantizer
 @QUANTIZERS.register("fake")
 class FakeQuantizer(WorkerQuantizer):
     name = "fake"
+    test_double = True  # a stand-in for qeval's own tests: `qeval doctor` shows it apart
     # the Python that runs qeval: its worker needs the standard library only
     runtime_of = staticmethod(lambda settings: Runtime("qeval-fake-quantizer-1", Path(sys.executable)))
     worker = WORKERS / "quantize_fake.py"

@@ -86,6 +86,7 @@ class Report:
     abilities: list[Ability]
     mlflow: str  # the tracking URI, and where it comes from
     ray: str  # the Ray cluster, and whether it answers
+    test_doubles: list[str] = field(default_factory=list)  # registered for qeval's own tests: "engine fake"
     campaign: str | None = None
     needs: list[Need] = field(default_factory=list)
     campaign_error: str | None = None  # the campaign file is bad input (exit 2)
@@ -187,6 +188,8 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     engines, out = _engines(), []
     for kind in engines.names():
         cls = engines.get(kind)
+        if getattr(cls, "test_double", False):
+            continue  # qeval's own tests' stand-in: nothing a user serves (test_doubles() names it)
         if not getattr(cls, "capabilities", Capabilities()).starts_server:
             out.append(Ability("engine", kind, "", "yes", "connects to a server someone else runs (method: external)"))
             continue
@@ -209,6 +212,15 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
             out.append(_ability(settings, engine, served, "scheme", preset, device, SCHEME_METHOD, preset,
                                 QUANTIZERS.get(DEFAULT_QUANTIZER[SCHEME_METHOD])))
     return out
+
+
+def test_doubles() -> list[str]:
+    """The registered engines and quantizers that stand in for real ones in qeval's own tests (their classes say
+    `test_double = True`): shown apart, never as something that runs here."""
+    from ..quantize import QUANTIZERS
+
+    return [f"{what} {name}" for what, registry in (("engine", _engines()), ("quantizer", QUANTIZERS))
+            for name in registry.names() if getattr(registry.get(name), "test_double", False)]
 
 
 def _ability(settings: Settings, engine: Any, served: Runtime, kind: str, name: str, device: str, method: str,
@@ -292,7 +304,10 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
     from ..suites.lmeval import resolve_tasks
 
     needs: list[Need] = []
-    here = cfg.executor.kind == "local"  # elsewhere each node brings its own tools, GPUs and model
+    # elsewhere (a Ray cluster) each node brings its own tools and GPUs; the model and the lm-eval data are
+    # needed here whatever the executor: planning hashes them on this machine (their content keys the results)
+    here = cfg.executor.kind == "local"
+    driver = "" if here else " (planning reads it on this machine; each node reads its own too)"
     model = (f"model {cfg.model.hf}@{cfg.model.revision}" if cfg.model.hf else
              f"model {cfg.model.builtin}" if cfg.model.builtin else f"model {cfg.model.path}")
     try:
@@ -300,7 +315,7 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
     except ConfigError:
         raise
     except QevalError as e:
-        needs.append(Need(model, not here, str(e) + ("" if here else " (each node reads its own)")))
+        needs.append(Need(model, False, str(e) + driver))
 
     seen: set[str] = set()
 
@@ -338,7 +353,7 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
             tasks = resolve_tasks(ref, settings.data, config_file)
             needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", True, f"{len(tasks)} tasks' files here"))
         except MissingEnvError as e:
-            needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", not here, str(e)))
+            needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", False, str(e) + driver))
     if cfg.executor.kind == "ray":
         has_ray = importlib.util.find_spec("ray") is not None
         needs.append(Need("Ray in this Python (executor ray)", has_ray,
@@ -381,7 +396,7 @@ def diagnose(settings: Settings, campaign: Path | None = None, environ: Mapping[
     gpus = nvidia_gpus() if gpus is None else gpus
     devices = ("cpu", "gpu") if gpus[0] else ("cpu",)
     report = Report(machine=machine(settings, gpus), tools=tools(settings), abilities=abilities(settings, devices),
-                    mlflow=mlflow_uri(environ), ray=ray_cluster(environ)[1],
+                    mlflow=mlflow_uri(environ), ray=ray_cluster(environ)[1], test_doubles=test_doubles(),
                     campaign=None if campaign is None else str(campaign))
     if campaign is None:
         return report
@@ -432,7 +447,9 @@ def render(report: Report, console: Any) -> None:
                   T(", ".join(f"{k} {v}" for k, v in tool.versions.items())))
     console.print(t)
 
-    t = Table(title="what can run here (default quantizer and engine)")
+    t = Table(title="what can run here (default quantizer and engine)",
+              caption=T("registered for qeval's own tests, not for use: " + ", ".join(report.test_doubles))
+              if report.test_doubles else None)
     for col in ("", "name", "device", "runs", "note"):
         t.add_column(col)
     style = {"yes": "green", "simulated": "yellow", "no": "red"}
