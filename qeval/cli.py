@@ -385,7 +385,7 @@ def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi f
     from .setup.install import setup as run_setup
 
     if wheelhouse is not None and not wheelhouse.is_dir():
-        _fail(ConfigError("no such folder", file=str(wheelhouse), where="--wheelhouse"))
+        _fail(ConfigError("no such folder (--wheelhouse)", file=str(wheelhouse)))
     try:
         result = run_setup(Settings.from_env().cache, RichReporter(out), device=device, wheelhouse=wheelhouse,
                            system_site_packages=system_site_packages, assets=not no_assets, only=only or None,
@@ -412,7 +412,7 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
 
     try:
         if have is not None and not have.is_file():
-            raise ConfigError("no such file", file=str(have), where="--have")
+            raise ConfigError("no such file (--have)", file=str(have))
         options = KitOptions(device, parse_size(part_size), python_version, platform, have, not no_assets)
         manifest = KitBuilder(out_dir, RichReporter(out), options).build()
     except QevalError as e:

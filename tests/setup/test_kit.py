@@ -171,7 +171,7 @@ def test_the_kit_command_refuses_a_cpu_kit_and_a_missing_freeze(tmp_path):
     r = CliRunner().invoke(app, ["kit", "--device", "cpu", "--out", str(tmp_path / "k")])
     assert r.exit_code == 2 and "a kit is built for --device cuda" in r.output
     r = CliRunner().invoke(app, ["kit", "--out", str(tmp_path / "k"), "--have", str(tmp_path / "nope.txt")])
-    assert r.exit_code == 2 and "nope.txt:--have: no such file" in r.output
+    assert r.exit_code == 2 and "nope.txt: no such file (--have)" in r.output
     r = CliRunner().invoke(app, ["kit", "--out", str(tmp_path / "k"), "--part-size", "lots"])
     assert r.exit_code == 2 and "not a size" in r.output
 

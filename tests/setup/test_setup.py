@@ -170,7 +170,7 @@ def test_without_tools_json_the_cpu_envs_are_found_by_name_as_before(tmp_path):
 
 def test_setup_with_a_missing_wheelhouse_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(app, ["setup", "--wheelhouse", str(tmp_path / "nope")], env={"QEVAL_CACHE": str(tmp_path)})
-    assert r.exit_code == 2 and "nope:--wheelhouse: no such folder" in r.output
+    assert r.exit_code == 2 and "nope: no such folder (--wheelhouse)" in r.output
 
 
 def test_setup_library_reports_what_it_did(tmp_path):
