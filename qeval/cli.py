@@ -403,9 +403,12 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
         platform: str = typer.Option("manylinux_2_31_x86_64", help="the target's newest wheel platform tag "
                                                                    "(glibc 2.31 or newer: the locks need it)"),
         have: Path = typer.Option(None, help="`pip freeze` of the target's Python: what it has is left out"),
-        no_assets: bool = typer.Option(False, "--no-assets", help="leave out the embedded model and data")) -> None:
-    """Download qeval, its CUDA tool envs and the embedded assets into part folders for a machine without
-    network; its install.sh joins, checks and installs them there."""
+        no_assets: bool = typer.Option(False, "--no-assets", help="leave out the embedded model and data"),
+        ray: bool = typer.Option(True, "--ray/--no-ray", help="carry the `ray` extra, for executor: {kind: ray} "
+                                                              "(ray's wheel: 79 MB)")) -> None:
+    """Download qeval (with the ray extra), its CUDA tool envs, the embedded assets and this checkout's campaign
+    files (examples/, suites/) into part folders for a machine without network; its install.sh joins, checks
+    and installs them there."""
     from .errors import ConfigError
     from .setup.kit import KitBuilder, KitOptions
     from .setup.parts import parse_size
@@ -413,7 +416,7 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
     try:
         if have is not None and not have.is_file():
             raise ConfigError("no such file (--have)", file=str(have))
-        options = KitOptions(device, parse_size(part_size), python_version, platform, have, not no_assets)
+        options = KitOptions(device, parse_size(part_size), python_version, platform, have, not no_assets, ray)
         manifest = KitBuilder(out_dir, RichReporter(out), options).build()
     except QevalError as e:
         _fail(e)
@@ -421,6 +424,8 @@ def kit(out_dir: Path = typer.Option(..., "--out", help="the kit's folder: part-
     out.print(f"kit: {len(manifest['files'])} files, {size / 2 ** 20:.0f} MiB in {manifest['folders']} part folders "
               f"under {out_dir}; left out (the target has them): {len(manifest['left_out'])}")
     out.print(f"on the target: bash part-001/install.sh [PREFIX]  (from {out_dir.name}/, the part folders beside it)")
+    if manifest.get("campaigns"):
+        out.print("then: PREFIX/venv/bin/qeval doctor; PREFIX/venv/bin/qeval run PREFIX/examples/gpu-quick.yaml")
 
 
 def main() -> None:

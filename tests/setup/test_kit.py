@@ -16,6 +16,7 @@ from qeval.errors import ConfigError
 from qeval.setup import kit, parts
 
 PART = 12 * 1024  # room for install.sh and the manifest in part-001, and several pieces per folder
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its examples/ and suites/ are what a kit carries
 
 
 @pytest.fixture
@@ -194,31 +195,41 @@ def test_a_rerun_drops_what_this_kit_does_not_need_and_names_what_is_missing(tmp
         builder._prune(wheels, {("numpy", "2.3.5"), ("vllm", "0.26.0")}, "qeval-0.1.0-py3-none-any.whl")
 
 
-def _stand_in_qeval_wheel(folder: Path) -> str:
-    """A wheel named qeval whose `qeval` command only writes down its arguments: what install.sh runs."""
+def _wheel(folder: Path, name: str, metadata: str = "", files: dict[str, str] | None = None) -> str:
     import zipfile
 
-    name, info = "qeval-0.0.1-py3-none-any.whl", "qeval-0.0.1.dist-info"
-    files = {"qeval_stand_in.py": "import json, os, sys\n\ndef main():\n"
-                                  "    open(os.environ['QEVAL_ARGS_FILE'], 'w').write(json.dumps(sys.argv[1:]))\n",
-             f"{info}/METADATA": "Metadata-Version: 2.1\nName: qeval\nVersion: 0.0.1\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-             f"{info}/entry_points.txt": "[console_scripts]\nqeval = qeval_stand_in:main\n"}
+    wheel, info = f"{name}-0.0.1-py3-none-any.whl", f"{name}-0.0.1.dist-info"
+    files = dict(files or {}, **{f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.1\n{metadata}",
+                                 f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  "Tag: py3-none-any\n"})
     files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(folder / name, "w") as z:
+    with zipfile.ZipFile(folder / wheel, "w") as z:
         for n, text in files.items():
             z.writestr(n, text)
-    return name
+    return wheel
 
 
-@pytest.mark.parametrize("system_site,assets", [(False, True), (True, False)])
-def test_install_makes_a_venv_installs_qeval_offline_and_runs_setup_from_the_wheelhouse(tmp_path, system_site, assets):
+def _stand_in_qeval_wheel(folder: Path) -> str:
+    """A wheel named qeval whose `qeval` command only writes down its arguments: what install.sh runs. Its `ray`
+    extra needs a stand-in ray (a kit carries the extra's wheels)."""
+    _wheel(folder, "ray", files={"ray_stand_in.py": ""})
+    return _wheel(folder, "qeval", 'Provides-Extra: ray\nRequires-Dist: ray==0.0.1; extra == "ray"\n', {
+        "qeval_stand_in.py": "import json, os, sys\n\ndef main():\n"
+                             "    open(os.environ['QEVAL_ARGS_FILE'], 'w').write(json.dumps(sys.argv[1:]))\n",
+        "qeval-0.0.1.dist-info/entry_points.txt": "[console_scripts]\nqeval = qeval_stand_in:main\n"})
+
+
+@pytest.mark.parametrize("system_site,assets,ray", [(False, True, True), (True, False, False)])
+def test_install_makes_a_venv_installs_qeval_offline_and_runs_setup_from_the_wheelhouse(tmp_path, system_site, assets,
+                                                                                          ray):
     src = tmp_path / "src"
     src.mkdir()
     wheel = _stand_in_qeval_wheel(src)
     (src / "filler-1.0-py3-none-any.whl").write_bytes(b"\0" * 30_000)  # split over folders
+    campaigns = kit.campaign_archive(ROOT, src, "0.0.1")  # beside the wheels: pip's --find-links passes it over
     info = dict(qeval_wheel=wheel, device="cuda", python_version="%d.%d" % sys.version_info[:2],
-                platform="manylinux_2_31_x86_64", system_site_packages=system_site, assets=assets, left_out=[])
+                platform="manylinux_2_31_x86_64", system_site_packages=system_site, assets=assets,
+                extras=["ray"] if ray else [], campaigns=campaigns.name, left_out=[])
     parts.write_kit(src, tmp_path / "kit", PART, info)
     prefix, args_file = tmp_path / "prefix", tmp_path / "args.json"
     r = subprocess.run(["bash", str(tmp_path / "kit" / "part-001" / "install.sh"), str(prefix)], capture_output=True,
@@ -230,3 +241,95 @@ def test_install_makes_a_venv_installs_qeval_offline_and_runs_setup_from_the_whe
     expected = ["setup", "--device", "cuda", "--wheelhouse", str(prefix / "wheelhouse")]
     expected += ["--system-site-packages"] * system_site + ["--no-assets"] * (not assets)
     assert json.loads(args_file.read_text()) == expected
+    site = next((prefix / "venv" / "lib").glob("python*/site-packages"))
+    assert (site / "ray_stand_in.py").is_file() == ray  # the extra installed where the kit carries it
+    assert f"{prefix}/venv/bin/qeval run {prefix}/examples/gpu-quick.yaml" in r.stdout
+    _the_quick_campaign_reads_its_suites_under(prefix)
+
+
+def _the_quick_campaign_reads_its_suites_under(prefix: Path) -> None:
+    """Unpacked side by side, the examples' ../suites/... paths and gates/ files are the prefix's own."""
+    from qeval.config import CustomSuiteRef, LmEvalSuiteRef, load_config
+
+    for name in ("examples/gpu-quick.yaml", "suites/custom/capitals.jsonl", "examples/gates/demo.yaml"):
+        assert (prefix / name).read_bytes() == (ROOT / name).read_bytes(), name
+    cfg = load_config(prefix / "examples" / "gpu-quick.yaml")  # its gate policy file is read here too
+    paths = [s.path if isinstance(s, CustomSuiteRef) else s.include_path for s in cfg.suites
+             if isinstance(s, (CustomSuiteRef, LmEvalSuiteRef))]
+    assert len(paths) == 3
+    for path in paths:
+        assert path.exists() and path.resolve().is_relative_to(prefix.resolve() / "suites"), path
+    assert cfg.output_dir.resolve() == prefix.resolve() / "runs"
+
+
+def test_the_campaign_archive_holds_examples_and_suites_the_same_bytes_each_time(tmp_path):
+    import tarfile
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    a, b = kit.campaign_archive(ROOT, first, "0.1.0"), kit.campaign_archive(ROOT, second, "0.1.0")
+    assert a.name == "qeval-campaigns-0.1.0.tar.gz" and a.read_bytes() == b.read_bytes()
+    with tarfile.open(a) as tar:
+        names = tar.getnames()
+    assert "examples/gpu-quick.yaml" in names and "suites/custom/capitals.yaml" in names
+    tracked = {str(p.relative_to(ROOT)) for f in ("examples", "suites") for p in (ROOT / f).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")}
+    assert set(names) == tracked
+    bare = tmp_path / "installed"  # qeval without a checkout's folders beside it
+    bare.mkdir()
+    assert kit.campaign_archive(bare, tmp_path, "0.1.0") is None
+
+
+def test_a_damaged_campaign_archive_is_named_and_nothing_is_unpacked(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    wheel = _stand_in_qeval_wheel(src)
+    campaigns = kit.campaign_archive(ROOT, src, "0.0.1")
+    info = dict(qeval_wheel=wheel, device="cuda", python_version="%d.%d" % sys.version_info[:2],
+                platform="manylinux_2_31_x86_64", system_site_packages=False, assets=True, extras=[],
+                campaigns=campaigns.name, left_out=[])
+    manifest = parts.write_kit(src, tmp_path / "kit", PART, info)
+    entry = next(f for f in manifest["files"] if f["name"] == campaigns.name)
+    assert entry["sha256"] == parts.sha256_of(campaigns) and entry["size"] == campaigns.stat().st_size
+    piece = entry["pieces"][0]
+    path = tmp_path / "kit" / piece["folder"] / piece["name"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    r = subprocess.run(["bash", str(tmp_path / "kit" / "part-001" / "install.sh"), str(tmp_path / "prefix")],
+                       capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    assert r.returncode != 0 and f"sha256 mismatch {piece['folder']}/{piece['name']}" in r.stderr
+    assert not (tmp_path / "prefix" / "examples").exists() and not (tmp_path / "prefix" / "venv").exists()
+
+
+@pytest.mark.parametrize("ray", [True, False])
+def test_the_kit_carries_the_campaign_archive_and_the_ray_extra_in_its_manifest(tmp_path, monkeypatch, ray):
+    """KitBuilder.build with pip standing in (no download): what it asks pip for qeval, and what its manifest
+    says of the campaign files."""
+    from qeval.progress import PlainReporter
+
+    calls = []
+
+    def pip(self, step, *args):
+        calls.append(args)
+        if args[0] == "wheel":  # qeval's own wheel, built from this checkout
+            out = Path(args[args.index("-w") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            _wheel(out, "qeval")
+        elif args[0] == "download":
+            Path(args[args.index("-d") + 1]).mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(kit.KitBuilder, "_pip", pip)
+    monkeypatch.setattr(kit.KitBuilder, "_lock", lambda self, *a: set())
+    logged = []
+    options = kit.KitOptions(part_size=PART * 1024, assets=False, ray=ray)
+    manifest = kit.KitBuilder(tmp_path / "kit", PlainReporter(logged.append), options).build()
+    download = next(c for c in calls if c[0] == "download")
+    requirement = next(a for a in download if a.endswith((".whl", "[ray]")))
+    assert requirement.endswith("qeval-0.0.1-py3-none-any.whl" + "[ray]" * ray)
+    assert manifest["extras"] == (["ray"] if ray else [])
+    assert manifest["campaigns"] == "qeval-campaigns-0.0.1.tar.gz"
+    entry = next(f for f in manifest["files"] if f["name"] == manifest["campaigns"])
+    archive = tmp_path / "kit" / entry["pieces"][0]["folder"] / manifest["campaigns"]
+    assert parts.sha256_of(archive) == entry["sha256"]
+    assert json.loads((tmp_path / "kit" / "part-001" / "manifest.json").read_text())["campaigns"] == manifest["campaigns"]
