@@ -189,7 +189,7 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     for kind in engines.names():
         cls = engines.get(kind)
         if getattr(cls, "test_double", False):
-            continue  # qeval's own tests' stand-in: nothing a user serves (test_doubles() names it)
+            continue  # qeval's own tests' stand-in: nothing a user serves (stand_ins() names it)
         if not getattr(cls, "capabilities", Capabilities()).starts_server:
             out.append(Ability("engine", kind, "", "yes", "connects to a server someone else runs (method: external)"))
             continue
@@ -214,7 +214,7 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     return out
 
 
-def test_doubles() -> list[str]:
+def stand_ins() -> list[str]:
     """The registered engines and quantizers that stand in for real ones in qeval's own tests (their classes say
     `test_double = True`): shown apart, never as something that runs here."""
     from ..quantize import QUANTIZERS
@@ -396,7 +396,7 @@ def diagnose(settings: Settings, campaign: Path | None = None, environ: Mapping[
     gpus = nvidia_gpus() if gpus is None else gpus
     devices = ("cpu", "gpu") if gpus[0] else ("cpu",)
     report = Report(machine=machine(settings, gpus), tools=tools(settings), abilities=abilities(settings, devices),
-                    mlflow=mlflow_uri(environ), ray=ray_cluster(environ)[1], test_doubles=test_doubles(),
+                    mlflow=mlflow_uri(environ), ray=ray_cluster(environ)[1], test_doubles=stand_ins(),
                     campaign=None if campaign is None else str(campaign))
     if campaign is None:
         return report
