@@ -97,7 +97,7 @@ CATALOG: dict[str, HfTask] = {
                    lambda i, r: _row(r["idx"], r["premise"], [r["choice1"], r["choice2"]], int(r["label"]),
                                      question=r["question"])),
     "hellaswag": HfTask("hellaswag/none/validation", "HellaSwag, validation, 4 endings of `input`",
-                        lambda i, r: _row(r["ind"], r["ctx"], list(r["endings"]), int(r["label"]),
+                        lambda i, r: _row(i, r["ctx"], list(r["endings"]), int(r["label"]),  # `ind` repeats
                                           activity=r["activity_label"])),
     "winogrande": HfTask("winogrande/winogrande_xl/validation", "WinoGrande xl, validation, 2 fillers of the _",
                          lambda i, r: _row(i, r["sentence"], [r["option1"], r["option2"]], int(r["answer"]) - 1)),
