@@ -2,7 +2,7 @@
 the store) against the plain `lm_eval` CLI on the same endpoint and settings, alternating.
 Target: qeval's wall time at most 1.05x the plain run's.
 
-Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task bb_unit_identification] [--limit 200] [--rounds 2]
+Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task oe_sciq] [--limit 200] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--task", default="bb_unit_identification")
+    ap.add_argument("--task", default="oe_sciq")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()

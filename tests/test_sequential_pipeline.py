@@ -168,7 +168,7 @@ def test_betting_on_a_continuous_metric_is_refused_before_anything_starts(tmp_pa
 
 
 def test_an_lmeval_task_is_cut_over_the_docs_its_data_has():
-    """A task with fewer docs than its suite's limit (bb_general_knowledge: 70 of 200) is cut over those;
+    """A task with fewer docs than its suite's limit (oe_copa: 100 of 200) is cut over those;
     its key names the looks, not the count, so `qeval finish` (no pre-flight) finds the same key."""
     from qeval.suites.lmeval import LmEvalTask
 

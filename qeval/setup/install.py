@@ -61,7 +61,7 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
     made = AssetBuilder(cache, reporter, source)
     llmc_python = builder.python_of(by_tool["llmc"], by_tool)
     if assets:
-        result.assets = [made.model(llmc_python), made.bigbench()]
+        result.assets = [made.model(llmc_python), made.data()]
     result.assets += [made.model(llmc_python, m) for m in models or () if m != MODEL]
     reporter.log(f"tools: {result.tools_json}")
     return result

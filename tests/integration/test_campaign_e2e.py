@@ -17,7 +17,7 @@ from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wai
 
 pytestmark = pytest.mark.slow
 
-EXPECTED = {"custom/capitals": 53, "custom/arithmetic": 40, "lm_eval/bb_general_knowledge": 30}
+EXPECTED = {"custom/capitals": 53, "custom/arithmetic": 40, "lm_eval/oe_arc_easy": 30}
 
 
 def _config(tmp_path: Path, base_model: Path, endpoint) -> Path:
@@ -39,7 +39,7 @@ engine: {{enforce_eager: true, kv_cache_gib: 1}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}, concurrency: 1}}
   - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}, concurrency: 1}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_general_knowledge], limit: 30,
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_arc_easy], limit: 30,
       num_concurrent: 1}}
 gates:
   rules: [{{match: "*", margin: 0.15, alpha: 0.05}}]  # wide enough for these small suites to have the power

@@ -36,7 +36,7 @@ variants:
 engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_1_digit_addition], limit: 10}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 10}}
 probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 16, warmup_requests: 1, prompt_tokens: 32,
          output_tokens: 64}}
 gates: {{rules: [{{match: "*", margin: 0.5}}]}}

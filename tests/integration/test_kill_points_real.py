@@ -39,7 +39,7 @@ engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
   - {{kind: logprobs, name: pydoc, chunks: 8, top_k: 5}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_1_digit_addition], limit: 20}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 20}}
 probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 8, warmup_requests: 1, prompt_tokens: 32, output_tokens: 8}}
 gates: {{rules: [{{match: "*", margin: 0.5}}]}}
 mlflow: {{server: true}}

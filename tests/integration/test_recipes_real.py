@@ -395,7 +395,7 @@ model: {{path: {base}}}
 baseline: {{name: bf16, method: bf16}}
 variants: [{{name: w4, method: rtn, recipe: {{group_size: {group}}}}}]
 engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 1024}}
-suites: [{{kind: lm_eval, include_path: {Path(__file__).parents[2] / 'suites/lmeval'}, tasks: [bb_general_knowledge],
+suites: [{{kind: lm_eval, include_path: {Path(__file__).parents[2] / 'suites/lmeval'}, tasks: [oe_arc_easy],
            limit: 10}}]
 gates: {{rules: [{{match: "*", margin: 10.0}}]}}
 output_dir: runs

@@ -33,7 +33,7 @@ variants: [{{name: again, {ext}}}]
 suites:
   - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
   - {{kind: logprobs, chunks: 3, top_k: 5}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_general_knowledge], limit: 8}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_arc_easy], limit: 8}}
 probe: {{enabled: true, concurrency: [1, 2], prompt_tokens: 16, output_tokens: 8, requests_per_step: 4,
          warmup_requests: 1}}
 gates: {{rules: [{{match: "*", margin: 0.5}}]}}

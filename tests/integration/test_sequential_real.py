@@ -34,7 +34,7 @@ baseline: {{name: base, {ext}}}
 variants:
   - {{name: same, {other}}}
 suites:
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [bb_1_digit_addition], limit: 60}}
+  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 60}}
   - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 40, top_k: 5}}
 gates:
   rules: [{{match: "*", margin: 0.3}}]
@@ -47,18 +47,18 @@ mlflow: {{enabled: false}}
     rec = res.record
     assert rec.verdicts == {"same": "PASS"}, [(g.suite, g.metric, g.verdict, g.reason) for g in rec.gates]
     gates = {g.suite: g for g in rec.gates}
-    lm = gates["lm_eval/bb_1_digit_addition"]
+    lm = gates["lm_eval/oe_addition"]
     # the same server on both sides: decided before the last look (z crosses O'Brien-Fleming's bound at 40)
     assert lm.sequential.startswith("gsd") and lm.items_planned == 60 and lm.items_used < 60, lm
     kl = gates["logprobs/pydoc"]
     assert kl.items_planned == 40 and kl.items_used < 40, kl
     db = sqlite3.connect(res.run_dir / "results.sqlite")
     rows = dict(db.execute("SELECT variant || ' ' || suite, COUNT(*) FROM records GROUP BY variant, suite"))
-    assert rows["base lm_eval/bb_1_digit_addition"] == 60  # the baseline runs every batch
-    assert rows["same lm_eval/bb_1_digit_addition"] == lm.items_used
+    assert rows["base lm_eval/oe_addition"] == 60  # the baseline runs every batch
+    assert rows["same lm_eval/oe_addition"] == lm.items_used
     assert rows["same logprobs/pydoc"] == kl.items_used
     # the variant's docs are the first batches of the seeded order, lm-eval's doc ids as planned
-    key = next(v.key for v in rec.variants[1].suites if v.suite == "lm_eval/bb_1_digit_addition")
+    key = next(v.key for v in rec.variants[1].suites if v.suite == "lm_eval/oe_addition")
     sk = next(k for k in campaign.plan(cfg, s, str(cfg_path)).suite_keys() if k.key == key)
     cuts = lmeval_cuts(cfg.seed, sk, (20, 40, 60), 60)
     want = {str(i) for b in cuts[: lm.items_used // 20] for i in b}

@@ -72,23 +72,23 @@ def test_two_samples_at_temperature_are_scored_kept_and_reproducible(server, tmp
 
 def test_lmeval_task_gives_paired_per_item_records(server, settings, tmp_path):
     _, endpoint = server
-    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["bb_general_knowledge", "bb_1_digit_addition"],
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["oe_arc_easy", "oe_addition"],
                          include_path=ROOT / "suites" / "lmeval", limit=30)
     tasks = resolve_tasks(ref, settings.data)
     out = {}
     run_lmeval(ref, tasks, endpoint, settings.vllm, settings.data, tmp_path,
                lambda t, recs: out.__setitem__(t.name, recs), tmp_path / "lmeval.log")
-    gk, add = out["bb_general_knowledge"], out["bb_1_digit_addition"]
+    gk, add = out["oe_arc_easy"], out["oe_addition"]
     assert len(gk) == len(add) == 30
     assert {r.item_id for r in gk} == {str(i) for i in range(30)}
     assert all(r.doc_hash and r.prompt_hash for r in gk + add)
     acc = sum(r.scores["acc"] for r in gk) / 30
-    assert acc > 1 / 4, acc  # 4-6 choices per question; measured 0.6 at n=20
+    assert acc > 1 / 4, acc  # 4 choices per question; measured 0.40 at n=30 (0.49 at n=200)
     em = sum(r.scores["exact_match"] for r in add) / 30
-    assert em > 0.2, em  # measured 0.4 at n=20
+    assert em > 0.05, em  # chance is ~0; measured 0.17 at n=30 (0.21 at n=200)
     # lm-eval's own aggregate agrees with the mean of our per-item records
     results = json.loads(next((tmp_path / "lmeval-out").rglob("results_*.json")).read_text())
-    assert results["results"]["bb_general_knowledge"]["acc,none"] == pytest.approx(acc)
+    assert results["results"]["oe_arc_easy"]["acc,none"] == pytest.approx(acc)
 
 
 def test_logprobs_suite_perplexity_and_self_agreement(server):

@@ -25,7 +25,7 @@ def wheelhouse(tmp_path) -> Path:
     src.mkdir()
     rng = __import__("random").Random(7)
     for name, size in [("big-1.0-py3-none-any.whl", 40_000), ("mid-2.0-py3-none-any.whl", 9_000),
-                       ("small-0.1-py3-none-any.whl", 1_500), ("bigbench-1.0.0.tar.gz", 12 * 1024),
+                       ("small-0.1-py3-none-any.whl", 1_500), ("antlr4-python3-runtime-4.9.3.tar.gz", 12 * 1024),
                        ("empty-1.0-py3-none-any.whl", 0)]:
         (src / name).write_bytes(bytes(rng.getrandbits(8) for _ in range(size)))
     return src
@@ -57,8 +57,8 @@ def test_every_part_folder_holds_at_most_the_part_size_and_the_first_the_install
     assert (out / "part-001" / "install.sh").is_file() and (out / "part-001" / "manifest.json").is_file()
     big = next(f for f in manifest["files"] if f["name"].startswith("big-"))
     assert [p["name"] for p in big["pieces"]] == [f"big-1.0-py3-none-any.whl.part-{i:03d}" for i in range(4)]
-    exact = next(f for f in manifest["files"] if f["name"] == "bigbench-1.0.0.tar.gz")  # exactly one part's size
-    assert len(exact["pieces"]) == 1 and exact["pieces"][0]["name"] == "bigbench-1.0.0.tar.gz"
+    exact = next(f for f in manifest["files"] if f["name"] == "antlr4-python3-runtime-4.9.3.tar.gz")  # exactly one part's size
+    assert len(exact["pieces"]) == 1 and exact["pieces"][0]["name"] == "antlr4-python3-runtime-4.9.3.tar.gz"
     on_disk = json.loads((out / "part-001" / "manifest.json").read_text())
     assert on_disk["files"] == manifest["files"] and on_disk["part_size"] == PART
 
@@ -184,12 +184,12 @@ def test_a_rerun_drops_what_this_kit_does_not_need_and_names_what_is_missing(tmp
     wheels = tmp_path / "wheelhouse"
     wheels.mkdir()
     for name in ("qeval-0.1.0-py3-none-any.whl", "qeval-0.0.9-py3-none-any.whl", "torch-2.11.0-cp312-cp312-x.whl",
-                 "numpy-2.3.5-cp312-cp312-x.whl", "bigbench-1.0.0.tar.gz"):
+                 "numpy-2.3.5-cp312-cp312-x.whl", "antlr4-python3-runtime-4.9.3.tar.gz"):
         (wheels / name).write_bytes(b"x")
     builder = kit.KitBuilder(tmp_path, PlainReporter(lambda s: None), kit.KitOptions())
     # a second run with --have: the target has torch, so the first run's torch wheel goes
-    builder._prune(wheels, {("numpy", "2.3.5"), ("bigbench", "1.0.0")}, "qeval-0.1.0-py3-none-any.whl")
-    assert sorted(p.name for p in wheels.iterdir()) == ["bigbench-1.0.0.tar.gz", "numpy-2.3.5-cp312-cp312-x.whl",
+    builder._prune(wheels, {("numpy", "2.3.5"), ("antlr4-python3-runtime", "4.9.3")}, "qeval-0.1.0-py3-none-any.whl")
+    assert sorted(p.name for p in wheels.iterdir()) == ["antlr4-python3-runtime-4.9.3.tar.gz", "numpy-2.3.5-cp312-cp312-x.whl",
                                                         "qeval-0.1.0-py3-none-any.whl"]
     with pytest.raises(SetupError, match=r"not downloaded: vllm==0\.26\.0"):
         builder._prune(wheels, {("numpy", "2.3.5"), ("vllm", "0.26.0")}, "qeval-0.1.0-py3-none-any.whl")

