@@ -30,7 +30,7 @@ baseline: {{name: bf16, method: bf16}}
 variants:
   # the smallest calibration that still runs SmoothQuant + GPTQ for real (the demo keeps the full one)
   - {{name: int8, method: int8, recipe: {{calibration_samples: 8, calibration_seq_len: 64}}}}
-  # the session's bf16 server, already running: same model, so it must pair exactly and pass
+  # the bf16 server the tests share, already running: same model, so it must pair exactly and pass
   - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
       checkpoint: {base_model}}}
 engine: {{enforce_eager: true, kv_cache_gib: 1}}

@@ -22,7 +22,7 @@ name: grid
 model: {{path: {base_model}}}
 output_dir: {tmp_path / 'runs'}
 baseline: {{name: bf16, method: bf16}}
-variants:  # the session's server: external, so not in the grid (the grid restarts engines)
+variants:  # the server the tests share: external, so not in the grid (the grid restarts engines)
   - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model}}}
 engine: {{enforce_eager: true, kv_cache_gib: 1, max_num_seqs: 4}}
 probe: {{prompt_tokens: 32, output_tokens: 16, warmup_requests: 2, slo: {{ttft_p95_ms: 60000}}}}

