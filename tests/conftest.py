@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Callable, Iterable
 
 import psutil
@@ -114,3 +115,19 @@ def stopped_campaign(tmp_path_factory):
     gates = ("{rules: [{match: '*', margin: 0.05}], stop_variant_on_fail: true, "
              "sequential: {method: gsd, look_every: 100, min_items: 100}}")
     return _run(tmp_path_factory.mktemp("stopped"), gates)
+
+
+def small_campaign(tmp_path: Path, model: str = "{builtin: smollm2-135m-instruct}",
+                   variant: str = "{name: q, method: rtn}", extra: str = "") -> Path:
+    """A campaign file of one variant and one custom suite, for tests that load or check a campaign."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"""name: t
+model: {model}
+output_dir: {tmp_path}/runs
+baseline: {{name: base, method: bf16}}
+variants:
+  - {variant}
+suites:
+  - {{kind: custom, path: {Path(__file__).resolve().parent.parent}/suites/custom/capitals.yaml}}
+""" + extra)
+    return path

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qeval.settings import Settings
 from qeval.setup.doctor import Gpu, diagnose, parse_cuda, parse_gpus
+from tests.conftest import small_campaign
 
 from .hub_cache import add_snapshot
 
@@ -23,21 +24,6 @@ H200 = ([Gpu(0, "NVIDIA H200", 143771, "9.0", "570.124.06")], "12.8", "")
 def doctor(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "qeval.cli", "doctor", *args], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=300)
-
-
-def campaign(tmp_path: Path, model: str = "{builtin: smollm2-135m-instruct}", variant: str = "{name: q, method: rtn}",
-             extra: str = "") -> Path:
-    path = tmp_path / "c.yaml"
-    path.write_text(f"""name: t
-model: {model}
-output_dir: {tmp_path}/runs
-baseline: {{name: base, method: bf16}}
-variants:
-  - {variant}
-suites:
-  - {{kind: custom, path: {ROOT}/suites/custom/capitals.yaml}}
-""" + extra)
-    return path
 
 
 def test_on_this_machine_it_finds_the_vllm_env_and_its_version_as_json():
@@ -58,7 +44,7 @@ def test_on_this_machine_it_finds_the_vllm_env_and_its_version_as_json():
 
 
 def test_a_campaign_whose_needs_are_all_here_exits_0_after_planning_it(tmp_path):
-    r = doctor(str(campaign(tmp_path)))
+    r = doctor(str(small_campaign(tmp_path)))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all there" in r.stdout and "served in" in r.stdout
 
@@ -72,7 +58,7 @@ def test_with_an_empty_cache_the_envs_are_missing_and_a_campaign_exits_3_naming_
     gptq = next(a for a in report["abilities"] if a["name"] == "gptq")
     assert gptq["status"] == "no" and "llmc-0.14.0.1" in gptq["note"]
 
-    r = doctor(str(campaign(tmp_path, variant="{name: q, method: gptq}")), QEVAL_CACHE=str(empty))
+    r = doctor(str(small_campaign(tmp_path, variant="{name: q, method: gptq}")), QEVAL_CACHE=str(empty))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "missing here:" in r.stdout
     for what in ("model smollm2-135m-instruct", "engine vllm", "quantizer llmcompressor"):
@@ -80,7 +66,7 @@ def test_with_an_empty_cache_the_envs_are_missing_and_a_campaign_exits_3_naming_
 
 
 def test_a_bad_campaign_file_exits_2_naming_file_and_place(tmp_path):
-    bad = campaign(tmp_path, variant="{name: q, methd: rtn}")
+    bad = small_campaign(tmp_path, variant="{name: q, methd: rtn}")
     r = doctor(str(bad))
     assert r.returncode == 2
     assert f"{bad}:line 6: variants.0.methd: unknown key" in r.stdout
@@ -96,7 +82,7 @@ def test_a_gpu_campaign_an_unset_key_and_an_offline_hf_model_are_missing_here(tm
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     settings = Settings.from_env()
     key = "QEVAL_TEST_SURELY_UNSET_KEY"
-    cfg = campaign(tmp_path, model="{hf: HuggingFaceTB/SmolLM2-135M-Instruct}",
+    cfg = small_campaign(tmp_path, model="{hf: HuggingFaceTB/SmolLM2-135M-Instruct}",
                    variant=f"{{name: q, method: external, endpoint: 'http://127.0.0.1:9/v1', api_key_env: {key}}}",
                    extra="engine: {device: gpu}\n")
     report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
@@ -123,7 +109,7 @@ def test_a_ray_cluster_is_reachable_or_not_by_a_tcp_connect(tmp_path):
         listening.listen()
         port = listening.getsockname()[1]
         assert diagnose(settings, environ={"RAY_ADDRESS": f"127.0.0.1:{port}"}, gpus=NO_GPU).ray.endswith("reachable")
-    cfg = campaign(tmp_path, extra=f"executor: {{kind: ray, address: '127.0.0.1:{port}'}}\n")
+    cfg = small_campaign(tmp_path, extra=f"executor: {{kind: ray, address: '127.0.0.1:{port}'}}\n")
     report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
     assert [n.what for n in report.missing] == ["a Ray cluster (executor ray)"]
     assert diagnose(settings, environ={}, gpus=NO_GPU).ray == "none configured (RAY_ADDRESS unset)"
@@ -141,7 +127,7 @@ def test_nvidia_smi_output_is_read_into_gpus_and_the_cuda_version():
 
 def test_the_tracking_uri_is_the_one_the_campaign_would_log_to(tmp_path):
     settings = Settings.from_env()
-    cfg = campaign(tmp_path)
+    cfg = small_campaign(tmp_path)
     assert f"sqlite:///{tmp_path}/runs/mlflow.db" in diagnose(settings, cfg, environ={}, gpus=NO_GPU).mlflow
     uri = diagnose(settings, cfg, environ={"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"}, gpus=NO_GPU).mlflow
     assert uri == "http://127.0.0.1:5000 (MLFLOW_TRACKING_URI)"
@@ -187,7 +173,7 @@ def test_on_ray_the_model_and_lm_eval_data_are_needed_on_this_machine_as_validat
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         port = listening.getsockname()[1]
-        cfg = campaign(tmp_path, extra=f"  - {{kind: lm_eval, include_path: {tasks}, tasks: [mine]}}\n"
+        cfg = small_campaign(tmp_path, extra=f"  - {{kind: lm_eval, include_path: {tasks}, tasks: [mine]}}\n"
                                        f"executor: {{kind: ray, address: '127.0.0.1:{port}'}}\n")
         report = diagnose(settings, cfg, environ={}, gpus=NO_GPU)
         missing = {n.what: n.detail for n in report.missing}

@@ -14,6 +14,7 @@ from qeval.errors import ConfigError, QevalError
 from qeval.hashing import tree_hash
 from qeval.pipeline.plan import base_checkpoint
 from qeval.settings import Settings
+from tests.conftest import small_campaign
 
 from .hub_cache import add_snapshot
 
@@ -44,20 +45,6 @@ def _tiny(folder: Path, weights: bytes) -> Path:
     return folder
 
 
-def _campaign(tmp_path: Path, model: str) -> Path:
-    path = tmp_path / "c.yaml"
-    path.write_text(f"""name: t
-model: {model}
-output_dir: {tmp_path}/runs
-baseline: {{name: base, method: bf16}}
-variants:
-  - {{name: q, method: rtn}}
-suites:
-  - {{kind: custom, path: {ROOT}/suites/custom/capitals.yaml}}
-""")
-    return path
-
-
 def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
@@ -77,7 +64,7 @@ def test_the_campaign_resolves_hf_by_ref_tag_and_commit(tmp_path, offline_cache)
     settings = Settings(cache=tmp_path / "qeval")
     for written, snap in [(f"{{hf: {REPO}}}", now), (f"{{hf: {REPO}, revision: main}}", now),
                           (f"{{hf: {REPO}, revision: v1.0}}", old), (f"{{hf: {REPO}, revision: {OLDER}}}", old)]:
-        cfg = load_config(_campaign(tmp_path, written))
+        cfg = load_config(small_campaign(tmp_path, written))
         assert base_checkpoint(cfg, settings) == snap, written
     assert tree_hash(now) != tree_hash(old)
 
@@ -86,7 +73,7 @@ def test_a_model_or_revision_not_in_the_cache_offline_names_the_id_revision_and_
     add_snapshot(offline_cache, REPO, _tiny(tmp_path / "now", b"\x01"), COMMIT)
     settings = Settings(cache=tmp_path / "qeval")
     for model, revision in [("org/absent", "main"), (REPO, "v9"), (REPO, "c" * 40)]:
-        cfg = load_config(_campaign(tmp_path, f"{{hf: {model}, revision: {revision}}}"))
+        cfg = load_config(small_campaign(tmp_path, f"{{hf: {model}, revision: {revision}}}"))
         with pytest.raises(QevalError) as e:
             base_checkpoint(cfg, settings)
         assert not isinstance(e.value, ConfigError) and e.value.exit_code == 3  # this machine lacks it
@@ -101,14 +88,14 @@ def test_a_model_or_revision_not_in_the_cache_offline_names_the_id_revision_and_
 ])
 def test_a_bad_model_entry_is_a_config_error_naming_its_line(tmp_path, model, expect):
     with pytest.raises(ConfigError, match="line 2") as e:
-        load_config(_campaign(tmp_path, model))
+        load_config(small_campaign(tmp_path, model))
     assert expect in str(e.value)
 
 
 def test_a_folder_or_embedded_model_dumps_no_hub_keys(tmp_path):
-    dumped = load_config(_campaign(tmp_path, "{builtin: smollm2-135m-instruct}")).model_dump(mode="json")["model"]
+    dumped = load_config(small_campaign(tmp_path, "{builtin: smollm2-135m-instruct}")).model_dump(mode="json")["model"]
     assert "hf" not in dumped and "revision" not in dumped
-    hf = load_config(_campaign(tmp_path, f"{{hf: {REPO}}}")).model_dump(mode="json")["model"]
+    hf = load_config(small_campaign(tmp_path, f"{{hf: {REPO}}}")).model_dump(mode="json")["model"]
     assert hf["hf"] == REPO and hf["revision"] == "main"
 
 
@@ -117,12 +104,12 @@ def test_the_embedded_model_as_a_hub_snapshot_validates_through_the_cli_and_keep
     snap = add_snapshot(cache, REPO, EMBEDDED, COMMIT)
     assert tree_hash(snap) == tree_hash(EMBEDDED)
     env = {**__import__("os").environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    ok = subprocess.run([sys.executable, "-m", "qeval.cli", "validate", str(_campaign(tmp_path, f"{{hf: {REPO}}}"))],
+    ok = subprocess.run([sys.executable, "-m", "qeval.cli", "validate", str(small_campaign(tmp_path, f"{{hf: {REPO}}}"))],
                         capture_output=True, text=True, env=env, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "ok — 2 variants" in ok.stdout
     gone = subprocess.run([sys.executable, "-m", "qeval.cli", "validate",
-                           str(_campaign(tmp_path, "{hf: HuggingFaceTB/SmolLM2-360M-Instruct}"))],
+                           str(small_campaign(tmp_path, "{hf: HuggingFaceTB/SmolLM2-360M-Instruct}"))],
                           capture_output=True, text=True, env=env, timeout=300)
     assert gone.returncode == 3, gone.stderr
     assert "HuggingFaceTB/SmolLM2-360M-Instruct at revision main" in gone.stderr and str(cache) in gone.stderr
