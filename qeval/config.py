@@ -17,9 +17,9 @@ from pydantic import (Field, PrivateAttr, SerializeAsAny, ValidationError, Valid
 from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpec, TgiSpec, TrtllmSpec, VllmSpec,
                            merged)
 from .errors import ConfigError
+from .executors.spec import ExecutorSpec, LocalExecutorSpec
 from .hashing import content_hash, key_hash
 from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
-from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS

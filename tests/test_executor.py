@@ -10,7 +10,8 @@ import yaml
 
 from qeval.config import load_config
 from qeval.errors import ConfigError
-from qeval.pipeline.executor import LocalExecutor, LocalExecutorSpec, make_executor
+from qeval.executors.spec import LocalExecutorSpec
+from qeval.pipeline.executor import LocalExecutor, make_executor
 
 
 def _write(tmp_path: Path, **extra) -> Path:

@@ -156,7 +156,7 @@ def _kinds(family: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
     ones only: a plugin installed beside qeval documents itself."""
     from qeval.engines.base import ENGINES
     from qeval.engines.spec import EngineSpec
-    from qeval.pipeline.executor import EXECUTORS, ExecutorSpec
+    from qeval.executors.spec import EXECUTORS, ExecutorSpec
     from qeval.suites.spec import SUITES, SuiteRef
 
     registry = {EngineSpec: ENGINES, SuiteRef: SUITES, ExecutorSpec: EXECUTORS}.get(family)

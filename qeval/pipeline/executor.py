@@ -1,41 +1,23 @@
 """The executor seam: given variant plans, yield their outcomes as they finish.
 
 The pipeline never knows where a variant runs; the campaign file picks an executor kind
-(`executor: {kind: local}`), and a kind registered in EXECUTORS (a plugin's through the entry point group
-`qeval.executors`) brings its own spec, so Ray is added beside `local` without touching the pipeline.
+(`executor: {kind: local}`), and a kind registered in EXECUTORS (executors/spec.py; a plugin's through the entry
+point group `qeval.executors`) brings its own spec, so Ray is added beside `local` without touching the pipeline.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterator, Protocol, Sequence
 
-from ..registry import Registry
-from ..specs import Kinded
+from ..executors.spec import EXECUTORS, ExecutorSpec, LocalExecutorSpec
 
 if TYPE_CHECKING:
     from ..progress import Reporter
     from .plan import VariantPlan
     from .sink import RecordSink
     from .variant import VariantOutcome
-
-EXECUTORS = Registry("executor", entry_point_group="qeval.executors", modules={"ray": "qeval.pipeline.ray_exec"})
-
-
-class ExecutorSpec(Kinded):
-    """Where the variants run. Validated as ExecutorSpec, a spec becomes its kind's model."""
-
-    default_kind: ClassVar[str] = "local"
-    kind: str = "local"
-
-    @classmethod
-    def model_for(cls, kind: str) -> type["ExecutorSpec"]:
-        return EXECUTORS.get(kind).Spec
-
-
-class LocalExecutorSpec(ExecutorSpec):
-    kind: Literal["local"] = "local"
 
 
 class Executor(Protocol):

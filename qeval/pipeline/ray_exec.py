@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 from pydantic import Field
 
 from ..errors import ConfigError, MissingEnvError, QevalError
-from .executor import EXECUTORS, ExecutorSpec, budget_spent, not_evaluated
+from ..executors.spec import EXECUTORS, ExecutorSpec
+from .executor import budget_spent, not_evaluated
 
 if TYPE_CHECKING:
     from ..progress import Reporter
