@@ -13,7 +13,8 @@ from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.executor import LocalExecutor
 from qeval.pipeline.leases import LeaseBook, overlaps
 from qeval.pipeline.plan import plan
-from qeval.pipeline.remote import Begin, Complete, Done, Put, Stored, variant_stream
+from qeval.pipeline.remote import Begin, Complete, Done, Put, variant_stream
+from qeval.pipeline.sink import Stored
 from qeval.pipeline.sink import StoreSink
 from qeval.progress import PlainReporter
 from qeval.settings import Settings

@@ -29,6 +29,7 @@ from .executor import make_executor
 from .judge import compare_and_gate, load_probe, summarize
 from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans,
                    with_doc_counts)
+from .publish import publish
 from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached
 from .sink import StoreSink
 from .variant import VariantOutcome, grid_rows
@@ -45,6 +46,11 @@ class CampaignResult:
     @property
     def verdict(self) -> str:
         return self.record.verdict
+
+    def published(self, paths: dict[str, Path]) -> "CampaignResult":
+        """This result with the report's files (publish's answer)."""
+        return dataclasses.replace(self, report_path=paths["report"],
+                                   extras={**self.extras, **{k: str(v) for k, v in paths.items()}})
 
 
 def _now() -> str:
@@ -263,17 +269,13 @@ class Campaign:
 def run(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
         **kwargs) -> CampaignResult:
     """The library entry point: what the CLI, the notebook and the tests call."""
-    from .publish import publish
-
     max_seconds, only = kwargs.pop("max_seconds", None), kwargs.pop("only", None)
     result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run(max_seconds, only)
-    return publish(result, cfg, reporter)
+    return result.published(publish(result.record, result.run_dir, result.record_path, cfg, reporter))
 
 
 def finish(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
            **kwargs) -> CampaignResult:
     """Verdict and report from what an interrupted run stored (see Campaign.finish)."""
-    from .publish import publish
-
     result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).finish()
-    return publish(result, cfg, reporter)
+    return result.published(publish(result.record, result.run_dir, result.record_path, cfg, reporter))

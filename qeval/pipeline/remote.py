@@ -29,28 +29,12 @@ from ..settings import Settings
 from ..store import Record, ResultsStore
 from .leases import Guard, unguarded
 from .plan import VariantPlan
+from .sink import Stored
 from .variant import VariantOutcome, make_checkpoint, run_variant
 
 # what a worker sends back besides records: the variant's files the driver keeps in its run folder
 SHIPPED = ("probe", "grid", "logs")
 MAX_SHIPPED_BYTES = 64 << 20  # per file: an engine log past this is cut to its tail
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What the driver's store holds of one variant: per (variant key, suite key), the item ids, and the
-    keys whose suite is complete. A unit of work that runs elsewhere resumes from it."""
-
-    done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    complete: frozenset[tuple[str, str]] = frozenset()
-    # the records themselves, for a variant whose run gates as it goes (sequential gates read scores)
-    records: dict[tuple[str, str], tuple[Record, ...]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, store: ResultsStore, variant: str, with_records: bool = False) -> "Stored":
-        done, complete = store.progress(variant)
-        records = {k: tuple(store.records(*k)) for k in done} if with_records else {}
-        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete), records)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,28 @@ once (processes, machines) can report through one writer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Protocol, runtime_checkable
 
 from ..store import Record, ResultsStore
 
-if TYPE_CHECKING:
-    from .remote import Stored
+
+@dataclass(frozen=True)
+class Stored:
+    """What the driver's store holds of one variant: per (variant key, suite key), the item ids, and the
+    keys whose suite is complete. A unit of work that runs elsewhere resumes from it."""
+
+    done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    complete: frozenset[tuple[str, str]] = frozenset()
+    # the records themselves, for a variant whose run gates as it goes (sequential gates read scores)
+    records: dict[tuple[str, str], tuple[Record, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, store: ResultsStore, variant: str, with_records: bool = False) -> "Stored":
+        done, complete = store.progress(variant)
+        records = {k: tuple(store.records(*k)) for k in done} if with_records else {}
+        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete), records)
 
 
 @runtime_checkable
@@ -43,7 +58,7 @@ class RecordSink(Protocol):
 class StoredSink(RecordSink, Protocol):
     """A sink that can also say what it holds of a variant: what a unit of work run elsewhere starts from."""
 
-    def stored(self, variant: str, with_records: bool = False) -> "Stored": ...
+    def stored(self, variant: str, with_records: bool = False) -> Stored: ...
 
 
 class StoreSink:
@@ -88,7 +103,5 @@ class StoreSink:
     def begin(self, started: object) -> None:
         self.on_begin(started)
 
-    def stored(self, variant: str, with_records: bool = False) -> "Stored":
-        from .remote import Stored
-
+    def stored(self, variant: str, with_records: bool = False) -> Stored:
         return Stored.of(self.store, variant, with_records)
