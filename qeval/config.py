@@ -40,7 +40,7 @@ __all__ = ["CampaignConfig", "ConfigError", "CustomSuiteRef", "EngineSpec", "Ext
 
 def _made_by_quantizers() -> set[str]:
     """The methods the registered quantizers (plugins too) make."""
-    return {m for q in QUANTIZERS.names() for m in getattr(QUANTIZERS.get(q), "methods", ())}
+    return {m for q in QUANTIZERS.names() for m in QUANTIZERS.get(q).methods}
 
 
 def _engine_keys(kind: Any) -> list[str] | None:
@@ -146,8 +146,8 @@ class VariantSpec(Strict):
         if self.method == "checkpoint" and self.checkpoint is None:
             raise ValueError("method 'checkpoint' needs `checkpoint` (a folder)")
         if self.quantizer is not None:
-            made = getattr(QUANTIZERS.get(self.quantizer), "methods", None)
-            if made is not None and self.method not in made:
+            made = QUANTIZERS.get(self.quantizer).methods  # empty: not declared
+            if made and self.method not in made:
                 raise ValueError(f"quantizer {self.quantizer} makes method {' / '.join(sorted(made))} only")
         elif self.method not in METHODS:
             raise ValueError(f"method {self.method!r} is made by a plugin's quantizer: name it (quantizer: ...)")

@@ -29,8 +29,13 @@ class ConfigError(QevalError):
 class EngineError(QevalError):
     """An engine failed to start, died, or stopped answering."""
 
-    def __init__(self, message: str, *, variant: str | None = None, log_tail: str = ""):
+    def __init__(self, message: str, *, variant: str | None = None, log_tail: str = "", at_start: bool = False,
+                 engine_alive: bool = False):
         self.variant, self.log_tail = variant, log_tail
+        # where it surfaced decides whether a restart can help: not when the engine never came up (a start-up
+        # failure repeats), nor when it still answered (the fault is elsewhere, an lm-eval crash, say)
+        self.at_start: bool = at_start
+        self.engine_alive: bool = engine_alive
         head = f"variant {variant!r}: {message}" if variant else message
         super().__init__(head + (f"\n--- engine log (tail) ---\n{log_tail}" if log_tail else ""))
 

@@ -11,10 +11,13 @@ from .errors import ConfigError
 
 
 class Registry:
-    def __init__(self, what: str, entry_point_group: str | None = None, modules: dict[str, str] | None = None):
+    def __init__(self, what: str, entry_point_group: str | None = None, modules: dict[str, str] | None = None,
+                 base: str | None = None):
         """`modules`: built-ins whose module registers them when imported, imported only when named (an
-        optional dependency's), so a source checkout run through PYTHONPATH, with no entry points, finds them."""
-        self.what, self.group = what, entry_point_group
+        optional dependency's), so a source checkout run through PYTHONPATH, with no entry points, finds them.
+        `base`: "module:Class" every plugin's entry must subclass (the class that gives the contract's
+        optional members their defaults), named by string so the registry sits below the contract."""
+        self.what, self.group, self.base = what, entry_point_group, base
         self._items: dict[str, Any] = {}
         self._modules = dict(modules or {})
 
@@ -31,7 +34,16 @@ class Registry:
             return
         for ep in entry_points(group=self.group):
             if ep.name not in self._items:
-                self._items[ep.name] = ep.load()
+                self._items[ep.name] = self._checked(ep.name, ep.value, ep.load())
+
+    def _checked(self, name: str, where: str, obj: Any) -> Any:
+        if self.base is None:
+            return obj
+        module, _, cls = self.base.partition(":")
+        base = getattr(importlib.import_module(module), cls)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise ConfigError(f"{self.what} {name!r} ({where}) must subclass {module}.{cls}")
+        return obj
 
     def names(self) -> list[str]:
         self._load_plugins()

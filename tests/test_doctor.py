@@ -134,10 +134,11 @@ def test_the_tracking_uri_is_the_one_the_campaign_would_log_to(tmp_path):
 
 
 def test_a_plugin_engine_is_listed_and_a_test_double_is_not(monkeypatch):
-    from qeval.engines.base import ENGINES
+    from qeval.engines.base import EngineBase
+    from qeval.engines.registry import ENGINES
     from qeval.settings import Runtime
 
-    class PluginEngine:  # what a package's `qeval.engines` entry point registers
+    class PluginEngine(EngineBase):  # what a package's `qeval.engines` entry point registers
         kind = "plugin-engine"
         default_runtime = staticmethod(lambda settings: Runtime("plugin-engine-1", Path(sys.executable)))
 

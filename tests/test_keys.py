@@ -14,7 +14,8 @@ import yaml
 from qeval import hashing
 from qeval.config import CampaignConfig, LmEvalSuiteRef, LogprobsSuiteRef, VariantSpec, load_config
 from qeval.engines import spec as engine_specs
-from qeval.engines.base import ENGINES
+from qeval.engines.base import EngineBase
+from qeval.engines.registry import ENGINES
 from qeval.engines.spec import ServedEngineSpec, VllmSpec
 from qeval.engines.vllm import VllmEngine
 from qeval.pipeline.campaign import Campaign
@@ -47,7 +48,7 @@ class NewSpec(ServedEngineSpec):
     max_model_len: int = 4096  # and another default for a setting the other kinds have
 
 
-class NewEngine:
+class NewEngine(EngineBase):
     kind = "newkind"
     Spec = NewSpec
 

@@ -13,7 +13,8 @@ import yaml
 from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.plan import engine_spec as _engine_spec, plan
 from qeval.config import load_config
-from qeval.engines.base import ENGINES, build_engine
+from qeval.engines.base import build_engine
+from qeval.engines.registry import ENGINES
 from qeval.errors import ConfigError
 from qeval.settings import Settings
 from qeval.suites.scorers import SCORERS

@@ -154,7 +154,7 @@ def _cell(text: str) -> str:
 def _kinds(family: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
     """The registered kinds of a family whose `kind` picks the model (engines, suites, executors), built-in
     ones only: a plugin installed beside qeval documents itself."""
-    from qeval.engines.base import ENGINES
+    from qeval.engines.registry import ENGINES
     from qeval.engines.spec import EngineSpec
     from qeval.executors.spec import EXECUTORS, ExecutorSpec
     from qeval.suites.spec import SUITES, SuiteRef

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
-from ..registry import Registry
 from .capabilities import Capabilities, MetricNames
+from .registry import ENGINES
+from .spec import EngineSpec, ServedEngineSpec
 
 if TYPE_CHECKING:
     from ..hardware import CpuInfo
-    from ..settings import Settings
-    from .spec import EngineSpec
+    from ..settings import Runtime, Settings
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         if self.capabilities is None:  # an Endpoint built by hand (a test, a notebook) names its engine kind
-            object.__setattr__(self, "capabilities", getattr(ENGINES.get(self.engine), "capabilities", Capabilities()))
+            object.__setattr__(self, "capabilities", ENGINES.get(self.engine).capabilities)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -75,20 +75,47 @@ class ServedVariant(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """Every engine's lifecycle. `build_engine` constructs it with keyword arguments only (see __init__);
-    nothing runs until `start()`, and `stop()` (or leaving the `with` block) ends whatever start began.
-    After a fault the same object is started again (a restart): `start()` after `stop()` must work.
-    Optional: a static `serve_dtypes(method, device, checkpoint, cpu)` (see serve_dtypes below); `test_double =
-    True` on a stand-in for tests (the fake engine), which `qeval doctor` then lists apart, not as runnable."""
+    """Every engine's lifecycle, and what the pipeline asks an engine kind before it builds one. `build_engine`
+    constructs it with keyword arguments only (see __init__); nothing runs until `start()`, and `stop()` (or
+    leaving the `with` block) ends whatever start began. After a fault the same object is started again (a
+    restart): `start()` after `stop()` must work. EngineBase gives every member a plugin may leave out its
+    default: an engine class subclasses it."""
 
     kind: ClassVar[str]  # its registry name, and what its Endpoint says served it
+    label: ClassVar[str]  # how messages name it ("vLLM")
+    Spec: ClassVar[type[EngineSpec]]  # its settings (engine: {kind: ...} in a campaign file)
     capabilities: ClassVar[Capabilities]
+    # a stand-in for tests (the fake engine): `qeval doctor` lists it apart, not as runnable
+    test_double: ClassVar[bool]
     name: str  # the variant's name
     log_path: Path | None  # its server's log (None: no server of qeval's)
     startup_seconds: float | None  # the last start, spawn to healthy (None: not measured)
 
-    def __init__(self, *, variant: "VariantSpec", checkpoint: Path | None, spec: "EngineSpec",
+    def __init__(self, *, variant: ServedVariant, checkpoint: Path | None, spec: EngineSpec,
                  settings: "Settings", log_dir: Path) -> None: ...
+
+    @staticmethod
+    def default_runtime(settings: "Settings") -> "Runtime":
+        """The installed runtime it runs in (its name is part of every key it serves under)."""
+        ...
+
+    @staticmethod
+    def no_kernel(spec: EngineSpec, variant: ServedVariant, cpu: "CpuInfo | None" = None) -> str | None:
+        """Why it has no kernel for the variant's scheme on this machine (it is then served on its dequantized
+        weights where the recipe says simulate: auto), or None."""
+        ...
+
+    @staticmethod
+    def check_plan(spec: EngineSpec, variant: ServedVariant, probe: object,
+                   cpu: "CpuInfo | None" = None) -> tuple[str, str] | None:
+        """What a campaign asks of it that it cannot do, as (message, where in the variant), or None."""
+        ...
+
+    @staticmethod
+    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None,
+                     cpu: "CpuInfo | None" = None) -> frozenset[str] | None:
+        """The dtypes it can serve a method (or a checkpoint given as is) in on this machine's CPU (None: any)."""
+        ...
 
     def start(self) -> Endpoint:
         """Returns once the server answers; any failure (or Ctrl-C) on the way stops what it started."""
@@ -116,22 +143,68 @@ class Engine(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-ENGINES: Registry = Registry("engine", entry_point_group="qeval.engines")
+class EngineBase:
+    """The defaults of what an engine may leave out; every engine class subclasses it (the registry refuses a
+    plugin's that does not), so the pipeline asks any engine directly. An engine still writes __init__, start, health,
+    memory and stop."""
+
+    kind: ClassVar[str]
+    label: ClassVar[str] = ""  # set to the kind where neither it nor a base class names one
+    Spec: ClassVar[type[EngineSpec]] = ServedEngineSpec
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    test_double: ClassVar[bool] = False
+    log_path: Path | None = None
+    startup_seconds: float | None = None
+    hung: str | None = None  # no watchdog of its own: never judged hung
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.label and "kind" in vars(cls):
+            cls.label = cls.kind
+
+    @staticmethod
+    def default_runtime(settings: "Settings") -> "Runtime":
+        return settings.vllm
+
+    @staticmethod
+    def no_kernel(spec: EngineSpec, variant: ServedVariant, cpu: "CpuInfo | None" = None) -> str | None:
+        return None
+
+    @staticmethod
+    def check_plan(spec: EngineSpec, variant: ServedVariant, probe: object,
+                   cpu: "CpuInfo | None" = None) -> tuple[str, str] | None:
+        return None
+
+    @staticmethod
+    def serve_dtypes(method: str, device: str, checkpoint: Path | None = None,
+                     cpu: "CpuInfo | None" = None) -> frozenset[str] | None:
+        return None
+
+    def start(self) -> Endpoint:
+        raise NotImplementedError
+
+    def stop(self, grace_s: float | None = None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def serve_dtypes(kind: str, method: str, device: str, checkpoint: Path | None = None,
                  cpu: "CpuInfo | None" = None) -> frozenset[str] | None:
     """The dtypes an engine kind can serve a method (or a checkpoint given as is) in on this machine's CPU, as
     the engine declares it (None: any)."""
-    declared = getattr(ENGINES.get(kind), "serve_dtypes", None)
-    return declared(method, device, checkpoint, cpu) if declared else None
+    return ENGINES.get(kind).serve_dtypes(method, device, checkpoint, cpu)
 
 
 def known_metric_names() -> tuple[MetricNames, ...]:
     """Every registered engine's /metrics name tables, each once: what a server of unknown kind may follow."""
     out: list[MetricNames] = []
     for kind in ENGINES.names():
-        for table in getattr(ENGINES.get(kind), "capabilities", Capabilities()).metrics or ():
+        for table in ENGINES.get(kind).capabilities.metrics or ():
             if table not in out:
                 out.append(table)
     return tuple(out)

@@ -8,10 +8,7 @@ names on /metrics mean queue time, TTFT, KV-cache usage or running requests, and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
-
-if TYPE_CHECKING:
-    from .base import Endpoint
+from typing import Any, Mapping, Protocol
 
 
 @dataclass(frozen=True)
@@ -32,13 +29,24 @@ class MetricNames:
         return {n for table in (self.means, self.gauges, self.counters) for names in table.values() for n in names}
 
 
+class Asked(Protocol):
+    """What a route reads of the endpoint it asks (engines.base.Endpoint is one): an Endpoint carries its engine's
+    capabilities, so these name only the part of it they read."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+
 class PromptLogprobsRoute(Protocol):
     """How an engine returns a text's own prompt log-probabilities."""
 
     # True: each prompt position lists top-k alternatives; False: the actual token's logprob only
     alternatives: bool
 
-    def request(self, endpoint: "Endpoint", text: str, k: int) -> tuple[str, dict[str, Any]]:
+    def request(self, endpoint: Asked, text: str, k: int) -> tuple[str, dict[str, Any]]:
         """(url, JSON body) of the one POST that asks for them; a url without a scheme is under base_url."""
         ...
 
@@ -54,7 +62,7 @@ class EchoLogprobs:
 
     alternatives: bool = True
 
-    def request(self, endpoint: "Endpoint", text: str, k: int) -> tuple[str, dict[str, Any]]:
+    def request(self, endpoint: Asked, text: str, k: int) -> tuple[str, dict[str, Any]]:
         return "/completions", {"model": endpoint.model, "prompt": text, "max_tokens": 0, "echo": True,
                                 "logprobs": k, "temperature": 0.0}
 

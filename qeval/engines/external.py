@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import ConfigError, EngineError
-from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, bearer_headers
+from .base import Endpoint, EngineBase, EngineMemory, ServedVariant, bearer_headers
 from .capabilities import ECHO_LOGPROBS, Capabilities
+from .registry import ENGINES
 from .spec import EngineSpec, ExternalSpec
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @ENGINES.register("external")
-class ExternalEngine:
+class ExternalEngine(EngineBase):
     kind = "external"  # what the Endpoint says served it (a subclass names its server)
     Spec = ExternalSpec
     # any OpenAI-compatible server: its /metrics may follow any engine's names qeval knows; memory not ours

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, MissingEnvError
 from ..settings import Runtime
-from .base import ENGINES
 from .capabilities import ECHO_LOGPROBS, Capabilities
+from .registry import ENGINES
 from .spec import VllmSpec
 from .vllm import METRICS, VllmEngine, vllm_progress
 from .watchdog import Watchdog

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from ..specs import Kinded, known_keys
+from .registry import ENGINES
 
 
 class EngineSpec(Kinded):
@@ -31,9 +32,7 @@ class EngineSpec(Kinded):
 
     @classmethod
     def model_for(cls, kind: str) -> type["EngineSpec"]:
-        from .base import ENGINES  # the registry loads entry points: a plugin's engine and its Spec
-
-        spec = getattr(ENGINES.get(kind), "Spec", None) or ServedEngineSpec
+        spec = ENGINES.get(kind).Spec  # the registry loads entry points: a plugin's engine and its Spec
         if not (isinstance(spec, type) and issubclass(spec, EngineSpec)):
             raise ValueError(f"engine {kind!r}: its Spec must be an EngineSpec (qeval.engines.spec)")
         return spec

@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 
 from ..errors import EngineError
-from .base import ENGINES, Endpoint
+from .base import Endpoint
 from .capabilities import Capabilities, MetricNames
 from .external import ExternalEngine
+from .registry import ENGINES
 from .spec import TgiSpec
 
 # names from TGI's docs/source/reference/metrics.md; TGI records no per-request TTFT, prefill or decode time

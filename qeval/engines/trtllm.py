@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingEnvError
-from .base import ENGINES, ServedVariant
+from .base import ServedVariant
 from .capabilities import Capabilities
+from .registry import ENGINES
 from .spec import TrtllmSpec
 from .vllm import VllmEngine
 

@@ -13,10 +13,11 @@ import httpx
 
 from ..errors import EngineError, MissingEnvError
 from ..quantize.spec import QUANTIZED, WEIGHT_ONLY, integer_weights_only
-from .base import ENGINES, Endpoint, EngineMemory, ServedVariant, tls_verify
+from .base import Endpoint, EngineBase, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory
 from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
+from .registry import ENGINES
 from .spec import VllmSpec
 from .watchdog import Watchdog, progress_reader
 
@@ -107,7 +108,7 @@ def _avx2_build(cpu: "CpuInfo | None") -> bool:
 
 
 @ENGINES.register("vllm")
-class VllmEngine:
+class VllmEngine(EngineBase):
     kind = "vllm"  # what the Endpoint says served it (a subclass names its own server)
     label = "vLLM"
     Spec = VllmSpec

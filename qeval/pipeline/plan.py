@@ -110,7 +110,7 @@ def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -
 
 
 def _engine(kind: str):
-    from ..engines.base import ENGINES
+    from ..engines.registry import ENGINES
 
     return ENGINES.get(kind)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..engines import build_engine
+from ..engines import Engine, build_engine
 from ..engines.process import INTERRUPT_GRACE_S
 from ..engines.spec import kv_cache_dtype
 from ..errors import EngineError, MissingEnvError, QuantizeError
@@ -78,11 +78,11 @@ def _weights_bytes(ckpt: Path | None) -> int | None:
 
 
 @contextmanager
-def _stopping(engine) -> Iterator[None]:
+def _stopping(engine: Engine) -> Iterator[None]:
     try:
         yield
     except EngineError as e:
-        if getattr(engine, "hung", None):  # the watchdog found it hung and ended it: say so, not the suite's symptom
+        if engine.hung:  # the watchdog found it hung and ended it: say so, not the suite's symptom
             raise EngineError(engine.hung, variant=engine.name) from e
         e.engine_alive = engine.health()  # judged before the stop below: a restart only helps a dead engine
         raise
@@ -151,9 +151,9 @@ class _Run:
             except EngineError as e:
                 if attempt == p.engine.max_restarts or p.external:  # not ours to restart
                     raise
-                if getattr(e, "at_start", False):  # it never came up: a start-up failure repeats, a restart waits for it
+                if e.at_start:  # it never came up: a start-up failure repeats, a restart waits for it
                     raise
-                if getattr(e, "engine_alive", False):  # it still answered: the fault is elsewhere (an lm-eval crash)
+                if e.engine_alive:  # it still answered: the fault is elsewhere (an lm-eval crash)
                     raise
                 self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
                          f"{p.engine.max_restarts}, resuming from the store")
@@ -198,7 +198,7 @@ class _Run:
                 e.at_start = True
                 raise
         with _stopping(engine):
-            self.facts["startup_seconds"] = round(getattr(engine, "startup_seconds", None) or time.monotonic() - t0, 1)
+            self.facts["startup_seconds"] = round(engine.startup_seconds or time.monotonic() - t0, 1)
             self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {self.facts['startup_seconds']:.0f} s at {endpoint.base_url}")
             # a pending baseline is waited for holding no lease: its probe needs the device alone

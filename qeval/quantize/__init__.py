@@ -1,6 +1,6 @@
 """Quantizers make a variant's checkpoint from the base; outputs are cached by content hash."""
 
-from .base import QUANTIZERS, Quantizer, quantizer_for
+from .base import QUANTIZERS, Quantizer, QuantizerBase, quantizer_for
 from . import fake, llmcompressor, nvidia  # noqa: F401  (registers the built-ins)
 
-__all__ = ["QUANTIZERS", "Quantizer", "quantizer_for"]
+__all__ = ["QUANTIZERS", "Quantizer", "QuantizerBase", "quantizer_for"]

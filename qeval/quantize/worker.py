@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from ..engines.process import ServerProcess, pid_alive
 from ..errors import MissingEnvError, QuantizeError
 from ..hashing import key_hash, stable_hash, tree_hash
+from .base import QuantizerBase
 from .calibration import calibration_texts
 
 if TYPE_CHECKING:
@@ -37,15 +38,11 @@ def _clear_abandoned(out: Path) -> None:
                 stale.unlink(missing_ok=True)
 
 
-class WorkerQuantizer:
-    name: str
+class WorkerQuantizer(QuantizerBase):
     worker: Path
     version: str  # the version it was written for; the key takes the installed one where it is found
     dist: str = ""  # its distribution's name, to read the installed version
-    methods: frozenset[str]  # the methods it makes
     done_file = "config.json"  # what a finished output folder always holds
-    install_hint = "qeval setup"
-    needs_gpu = False  # True: it makes its output for (and on) the machine's NVIDIA GPU
 
     def __init__(self, runtime: "Runtime", engine: "EngineSpec | None" = None, dtype: str = "bfloat16"):
         # dtype: what the tool computes in (the campaign's choice: float32 on a CPU without native bf16)

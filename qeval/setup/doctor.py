@@ -168,18 +168,13 @@ def tools(settings: Settings) -> list[Tool]:
 # -- what can run here ---------------------------------------------------------------------------------------
 
 def _engines():
-    from ..engines import base  # registers the built-ins
+    from .. import engines  # registers the built-ins
+    from ..engines.registry import ENGINES
 
-    return base.ENGINES
-
-
-def _runtime_of(cls: Any, settings: Settings) -> Runtime:
-    default = getattr(cls, "default_runtime", None)
-    return default(settings) if default else settings.vllm
+    return ENGINES
 
 
 def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
-    from ..engines.capabilities import Capabilities
     from ..engines.spec import EngineSpec
     from ..quantize import QUANTIZERS
     from ..quantize.base import DEFAULT_QUANTIZER
@@ -188,18 +183,18 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     engines, out = _engines(), []
     for kind in engines.names():
         cls = engines.get(kind)
-        if getattr(cls, "test_double", False):
+        if cls.test_double:
             continue  # qeval's own tests' stand-in: nothing a user serves (stand_ins() names it)
-        if not getattr(cls, "capabilities", Capabilities()).starts_server:
+        if not cls.capabilities.starts_server:
             out.append(Ability("engine", kind, "", "yes", "connects to a server someone else runs (method: external)"))
             continue
-        rt = _runtime_of(cls, settings)
+        rt = cls.default_runtime(settings)
         out.append(Ability("engine", kind, "", "yes" if rt.exists() else "no",
                            f"runtime {rt.name}" + ("" if rt.exists() else f": not found at {rt.location}")))
 
     default_kind = EngineSpec.default_kind
     engine = engines.get(default_kind)
-    served = _runtime_of(engine, settings)
+    served = engine.default_runtime(settings)
     for method in METHODS:
         if method in ("checkpoint", "external"):
             continue  # served as given: what it needs is the checkpoint's or the endpoint's
@@ -220,7 +215,7 @@ def stand_ins() -> list[str]:
     from ..quantize import QUANTIZERS
 
     return [f"{what} {name}" for what, registry in (("engine", _engines()), ("quantizer", QUANTIZERS))
-            for name in registry.names() if getattr(registry.get(name), "test_double", False)]
+            for name in registry.names() if registry.get(name).test_double]
 
 
 def _ability(settings: Settings, engine: Any, served: Runtime, kind: str, name: str, device: str, method: str,
@@ -235,21 +230,20 @@ def _ability(settings: Settings, engine: Any, served: Runtime, kind: str, name: 
         if not made.exists():
             return Ability(kind, name, device, "no", f"{quantizer.name} (runtime {made.name}) not found at "
                                                      f"{made.location}")
-        if getattr(quantizer, "needs_gpu", False) and device != "gpu":
+        if quantizer.needs_gpu and device != "gpu":
             return Ability(kind, name, device, "no", f"{quantizer.name} makes it on an NVIDIA GPU")
     if not served.exists():
-        return Ability(kind, name, device, "no", f"the {getattr(engine, 'label', engine.kind)} runtime "
+        return Ability(kind, name, device, "no", f"the {engine.label} runtime "
                                                  f"{served.name} not found at {served.location}")
     variant = VariantSpec(name="doctor", method=method, recipe=RecipeSpec(scheme=preset))
     spec = engine.Spec(device=device)
-    why = getattr(engine, "no_kernel", lambda *a: None)(spec, variant, settings.cpu)
+    why = engine.no_kernel(spec, variant, settings.cpu)
     if why:
         return Ability(kind, name, device, "simulated", f"{why}: judged on its dequantized weights (recipe.simulate)")
-    check = getattr(engine, "check_plan", None)
-    problem = check(spec, variant, ProbeSpec(), settings.cpu) if check else None
+    problem = engine.check_plan(spec, variant, ProbeSpec(), settings.cpu)
     if problem:
         return Ability(kind, name, device, "no", problem[0])
-    dtypes = getattr(engine, "serve_dtypes", lambda *a: None)(method, device, None, settings.cpu)
+    dtypes = engine.serve_dtypes(method, device, None, settings.cpu)
     return Ability(kind, name, device, "yes", f"served in {' / '.join(sorted(dtypes))}" if dtypes else "")
 
 
@@ -296,7 +290,6 @@ def ray_cluster(environ: Mapping[str, str], address: str | None = None) -> tuple
 def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gpu],
                    environ: Mapping[str, str]) -> list[Need]:
     """What the campaign needs of this machine, each found or not. ConfigError: the file itself is at fault."""
-    from ..engines.capabilities import Capabilities
     from ..errors import MissingEnvError
     from ..pipeline.plan import UNQUANTIZED, base_checkpoint, engine_spec, runtime_for
     from ..quantize import QUANTIZERS
@@ -331,14 +324,14 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
     for v in cfg.all_variants():
         spec = engine_spec(cfg, v)
         cls = engines.get(spec.kind)
-        if v.method != "external" and getattr(cls, "capabilities", Capabilities()).starts_server:
+        if v.method != "external" and cls.capabilities.starts_server:
             runtime(f"engine {spec.kind} ({v.name})", runtime_for(settings, spec.kind),
                     "`qeval setup` builds it, or a QEVAL_<TOOL>_PYTHON variable names an install")
         if v.method not in UNQUANTIZED and v.method in DEFAULT_QUANTIZER and v.checkpoint is None:
             name = v.quantizer or DEFAULT_QUANTIZER[v.method]
             q = QUANTIZERS.get(name)
-            runtime(f"quantizer {name} ({v.name})", q.runtime_of(settings), getattr(q, "install_hint", "qeval setup"))
-            if getattr(q, "needs_gpu", False):
+            runtime(f"quantizer {name} ({v.name})", q.runtime_of(settings), q.install_hint)
+            if q.needs_gpu:
                 needs.append(Need(f"an NVIDIA GPU ({v.name}: quantizer {name})", bool(gpus) or not here,
                                   _gpus_line(gpus)))
         if getattr(spec, "device", "cpu") == "gpu":

@@ -16,7 +16,7 @@ import pytest
 
 from qeval.config import EngineSpec, ProbeSpec, VariantSpec
 from qeval.engines import build_engine
-from qeval.engines.base import ENGINES
+from qeval.engines.registry import ENGINES
 from qeval.engines.fake import FakeEngine, FakeEngineSpec, write_checkpoint
 from qeval.errors import ConfigError, EngineError
 from qeval.probe.client import stream_one

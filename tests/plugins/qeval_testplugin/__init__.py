@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from qeval.engines import Endpoint, EngineMemory
+from qeval.engines import Endpoint, EngineBase, EngineMemory
 from qeval.engines.spec import ServedEngineSpec
 from qeval.suites.spec import ScorerSpec
 
@@ -17,7 +17,7 @@ class EchoSpec(ServedEngineSpec):
     answer: str = "42"  # what every request is answered with
 
 
-class EchoEngine:
+class EchoEngine(EngineBase):
     """Serves nothing: enough to show that a campaign names it, validates its settings and builds it."""
 
     kind = "echo"
