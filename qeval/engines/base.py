@@ -140,7 +140,7 @@ class Engine(Protocol):
 
     def __enter__(self) -> Endpoint: ...
 
-    def __exit__(self, *exc: object) -> None: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None: ...
 
 
 class EngineBase:
@@ -189,7 +189,7 @@ class EngineBase:
     def __enter__(self) -> Endpoint:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.stop()
 
 

@@ -15,9 +15,9 @@ import pytest
 from qeval.config import EngineSpec, ProbeSpec, VariantSpec
 from qeval.engines import Endpoint, EngineMemory
 from qeval.engines.base import Engine, build_engine, known_metric_names
-from qeval.engines.registry import ENGINES
 from qeval.engines.capabilities import Capabilities, EchoLogprobs, MetricNames
 from qeval.engines.fake import write_checkpoint
+from qeval.engines.registry import ENGINES
 from qeval.engines.tgi import METRICS as TGI
 from qeval.engines.tgi import TgiEngine
 from qeval.engines.vllm import METRICS as VLLM
