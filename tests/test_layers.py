@@ -22,8 +22,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qeval"
 # room above. Patterns are module names (fnmatch); "qeval.x.*" covers the package qeval.x and everything in it.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("qeval.errors", "qeval.hashing", "qeval.registry", "qeval.specs", "qeval.settings",
-                "qeval.progress", "qeval.hardware", "qeval.hub", "qeval.provenance", "qeval.emulate*",
-                "qeval.workers*")),
+                "qeval.tool_envs", "qeval.progress", "qeval.hardware", "qeval.hub", "qeval.provenance",
+                "qeval.emulate*", "qeval.workers*")),
     ("stats", ("qeval.stats*",)),
     ("records", ("qeval.record", "qeval.record_models", "qeval.store", "qeval.metrics")),
     ("verdict", ("qeval.verdict*",)),

@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import tool_envs
 from ..errors import ConfigError
 from ..progress import Reporter
-from . import tools
 from .assets import MODEL, MODELS, AssetBuilder
 from .build import EnvBuilder, Source
 from .envs import PYTHON_OF, envs_for
@@ -55,9 +55,9 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
     entries = {}
     for env in envs:
         result.envs[env.name] = builder.build(env, by_tool)
-        entries[env.tool] = tools.ToolEntry(env.name, str(builder.python_of(env, by_tool)),
+        entries[env.tool] = tool_envs.ToolEntry(env.name, str(builder.python_of(env, by_tool)),
                                             str(builder.folder(env)) if env.overlay_of else None)
-    result.tools_json = tools.write(cache, device, entries)
+    result.tools_json = tool_envs.write(cache, device, entries)
     made = AssetBuilder(cache, reporter, source)
     llmc_python = builder.python_of(by_tool["llmc"], by_tool)
     if assets:

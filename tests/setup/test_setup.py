@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qeval import tool_envs
 from qeval.cli import app
 from qeval.errors import ConfigError
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
-from qeval.setup import stamp, tools
+from qeval.setup import stamp
 from qeval.setup.build import EnvBuilder, SetupError, Source
 from qeval.setup.envs import TABLE, ToolEnv, envs_for
 from qeval.setup.install import setup
@@ -146,8 +147,8 @@ def test_setup_writes_tools_json_and_settings_read_it(tmp_path):
 
 def test_settings_take_the_cuda_envs_from_tools_json_and_variables_still_override(tmp_path):
     cache = tmp_path / "cache"
-    tools.write(cache, "cuda", {"vllm": tools.ToolEntry("vllm-0.26.0", "/opt/v/bin/python"),
-                                "llmc": tools.ToolEntry("llmc-0.14.0.1", "/opt/l/bin/python")})
+    tool_envs.write(cache, "cuda", {"vllm": tool_envs.ToolEntry("vllm-0.26.0", "/opt/v/bin/python"),
+                                    "llmc": tool_envs.ToolEntry("llmc-0.14.0.1", "/opt/l/bin/python")})
     env = {"QEVAL_CACHE": str(cache), "HOME": str(tmp_path)}
     s = Settings.from_env(env)
     assert (s.vllm.name, str(s.vllm.python)) == ("vllm-0.26.0", "/opt/v/bin/python")
@@ -155,8 +156,8 @@ def test_settings_take_the_cuda_envs_from_tools_json_and_variables_still_overrid
     assert s.modelopt.python == Path("/opt/l/bin/python")  # the overlay on whichever llmc env is named
     s = Settings.from_env({**env, "QEVAL_VLLM_PYTHON": "/usr/bin/python3", "QEVAL_VLLM_PYTHONPATH": "/site"})
     assert (s.vllm.name, s.vllm.pythonpath) == ("vllm-0.26.0@/usr/bin/python3", "/site")
-    tools.write(cache, "cuda", {"modelopt": tools.ToolEntry("modelopt-0.47.0", "/opt/l/bin/python", "/opt/m")})
-    assert set(tools.read(cache)[1]) == {"vllm", "llmc", "modelopt"}  # merged: --only builds one tool
+    tool_envs.write(cache, "cuda", {"modelopt": tool_envs.ToolEntry("modelopt-0.47.0", "/opt/l/bin/python", "/opt/m")})
+    assert set(tool_envs.read(cache)[1]) == {"vllm", "llmc", "modelopt"}  # merged: --only builds one tool
 
 
 def test_without_tools_json_the_cpu_envs_are_found_by_name_as_before(tmp_path):

@@ -1,5 +1,5 @@
 """`$QEVAL_CACHE/envs/tools.json`: which env runs each tool on this machine, written by `qeval setup` and read
-by qeval's settings. Standard library only: qeval's settings read it at every start."""
+by qeval's settings. Standard library only, and below both: qeval's settings read it at every start."""
 
 from __future__ import annotations
 
