@@ -28,9 +28,10 @@ import httpx
 
 from qeval.config import EngineSpec, VariantSpec
 from qeval.engines import Endpoint
+from qeval.engines.prometheus import parse
 from qeval.engines.vllm import VllmEngine
 from qeval.probe.client import run_concurrency
-from qeval.probe.server_metrics import metrics_url, parse
+from qeval.probe.server_metrics import metrics_url
 from qeval.settings import Settings
 from qeval.store import ResultsStore
 from qeval.suites.custom import CustomSuite, _request, load_suite, run_custom

@@ -16,9 +16,9 @@ from typing import Callable
 
 import httpx
 
-from ..probe.server_metrics import parse
 from .base import tls_verify
 from .capabilities import MetricNames
+from .prometheus import parse
 
 # a stopped server answers nothing: 3 checks of 10 s each, 5 s apart, find it within a minute; a busy
 # CPU server still answers /health (its HTTP front end is a process apart from the engine core) in well under 10 s

@@ -1,11 +1,11 @@
 """The server's own view of a probe step, read from the engine's Prometheus `/metrics`.
 
 Scraped before and after each step (histogram and counter deltas cover exactly the step's requests)
-and every `interval_s` during it (gauges: running and waiting requests, KV-cache usage). Parsing and
-deltas are pure functions over exposition text; `Scraper` is the only part that does I/O. Each engine
-declares the name tables its metrics follow (`Capabilities.metrics`), which map them onto the same
-summary fields; any other metric is ignored, and a server without `/metrics` gives an empty view and a
-note, never an error.
+and every `interval_s` during it (gauges: running and waiting requests, KV-cache usage). Parsing
+(engines/prometheus.py, which the engines' watchdog reads too) and deltas are pure functions over exposition
+text; `Scraper` is the only part that does I/O. Each engine declares the name tables its metrics follow
+(`Capabilities.metrics`), which map them onto the same summary fields; any other metric is ignored, and a
+server without `/metrics` gives an empty view and a note, never an error.
 """
 
 from __future__ import annotations
@@ -17,48 +17,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from ..engines.base import tls_verify
 from ..engines.capabilities import MetricNames
+from ..engines.prometheus import Scrape, parse
 
 
 # across label sets (one per engine core or data-parallel rank) counts add up; a usage share does not
 _ACROSS_LABELS: dict[str, Callable[[Sequence[float]], float]] = {"kv_cache_usage": max}
-
-
-@dataclass(frozen=True)
-class Scrape:
-    """One /metrics reading, summed over label sets."""
-
-    hists: dict[str, tuple[float, float]]  # histogram or summary -> (sum, count)
-    counters: dict[str, float]  # by family name, without `_total`
-    gauges: dict[str, tuple[float, ...]]  # one value per label set
-
-    def names(self) -> set[str]:
-        return set(self.hists) | set(self.counters) | set(self.gauges)
-
-
-def parse(text: str) -> Scrape:
-    """Prometheus text exposition -> sums and counts (raises ValueError on text that is not one)."""
-    hists: dict[str, list[float]] = {}
-    counters: dict[str, float] = {}
-    gauges: dict[str, list[float]] = {}
-    for fam in text_string_to_metric_families(text):
-        if fam.type in ("histogram", "summary"):
-            acc = hists.setdefault(fam.name, [0.0, 0.0])
-            for s in fam.samples:
-                if s.name == fam.name + "_sum":
-                    acc[0] += s.value
-                elif s.name == fam.name + "_count":
-                    acc[1] += s.value
-        elif fam.type == "counter":
-            # the parser names counter families without `_total`; `_created` samples are timestamps
-            counters[fam.name] = sum(s.value for s in fam.samples if s.name == fam.name + "_total")
-        elif fam.type == "gauge":
-            gauges[fam.name] = [s.value for s in fam.samples]
-    return Scrape(hists={k: (v[0], v[1]) for k, v in hists.items()}, counters=counters,
-                  gauges={k: tuple(v) for k, v in gauges.items()})
 
 
 def _known(tables: Sequence[MetricNames] | None) -> Sequence[MetricNames]:

@@ -12,7 +12,8 @@ from qeval.probe.analysis import dist
 from qeval.probe.latency import StepSummary
 from qeval.engines.tgi import METRICS as TGI
 from qeval.engines.vllm import METRICS as VLLM
-from qeval.probe.server_metrics import Scraper, detect, metrics_url, parse, server_view, summarize
+from qeval.engines.prometheus import parse
+from qeval.probe.server_metrics import Scraper, detect, metrics_url, server_view, summarize
 from tests.loopback import Loopback, text
 
 FIXTURES = Path(__file__).parent / "fixtures"
