@@ -19,11 +19,12 @@ from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpe
 from .errors import ConfigError
 from .executors.spec import ExecutorSpec, LocalExecutorSpec
 from .hashing import content_hash, key_hash
+from .methods import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY
 from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
-from .quantize.spec import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
+from .quantize.spec import RecipeSpec
 from .specs import (Name, Strict, format_validation, known_keys, line_of, non_defaults, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qeval"
 # room above. Patterns are module names (fnmatch); "qeval.x.*" covers the package qeval.x and everything in it.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("qeval.errors", "qeval.hashing", "qeval.registry", "qeval.specs", "qeval.settings",
-                "qeval.tool_envs", "qeval.progress", "qeval.hardware", "qeval.hub", "qeval.provenance",
+                "qeval.tool_envs", "qeval.methods", "qeval.progress", "qeval.hardware", "qeval.hub", "qeval.provenance",
                 "qeval.emulate*", "qeval.workers*")),
     ("stats", ("qeval.stats*",)),
     ("records", ("qeval.record", "qeval.record_models", "qeval.store", "qeval.metrics")),
@@ -37,9 +37,20 @@ ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("qeval", "qeval.cli")),
 )
 
-# What the graph breaks today, each being fixed as the refactor lands: removed as the refactor lands. The test
-# fails on a violation missing here and on an entry here that no longer occurs, so this set only shrinks.
-KNOWN: set[str] = set()
+# What the graph still breaks, each entry removed as the refactor lands. The test fails on a violation missing
+# here and on an entry here that no longer occurs, so this set only shrinks.
+KNOWN: set[str] = {
+    "cycle: qeval.suites.scorers qeval.suites.spec",
+    # the verdict's modules, bound for qeval/verdict/
+    "no room: qeval.compare",
+    "no room: qeval.flips",
+    "no room: qeval.gates",
+    "no room: qeval.looks",
+    "no room: qeval.noise",
+    "no room: qeval.policy",
+    "no room: qeval.recommend",
+    "no room: qeval.savings",
+}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import EngineError, MissingEnvError
-from ..quantize.spec import QUANTIZED, WEIGHT_ONLY, integer_weights_only
+from ..methods import QUANTIZED, WEIGHT_ONLY, integer_weights_only
 from .base import Endpoint, EngineBase, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .gpu import engine_gpu_memory

@@ -19,7 +19,7 @@ from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import key_hash
 from ..metrics import MetricSpec
 from ..noise import SUFFIX as NOISE_SUFFIX
-from ..quantize.spec import WEIGHT_ONLY
+from ..methods import WEIGHT_ONLY
 from ..settings import Settings
 from ..specs import non_defaults
 from ..suites.custom import CustomSuite, load_suite

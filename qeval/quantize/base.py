@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 from ..registry import Registry
-from .spec import PRESETS, RecipeSpec
+from ..methods import PRESETS
+from .spec import RecipeSpec
 
 if TYPE_CHECKING:
     from ..engines.spec import EngineSpec

@@ -178,7 +178,7 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     from ..engines.spec import EngineSpec
     from ..quantize import QUANTIZERS
     from ..quantize.base import DEFAULT_QUANTIZER
-    from ..quantize.spec import METHODS, PRESETS
+    from ..methods import METHODS, PRESETS
 
     engines, out = _engines(), []
     for kind in engines.names():
