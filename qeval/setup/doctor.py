@@ -168,7 +168,7 @@ def tools(settings: Settings) -> list[Tool]:
 # -- what can run here ---------------------------------------------------------------------------------------
 
 def _engines():
-    from .. import engines  # registers the built-ins
+    from .. import engines  # noqa: F401  (registers the built-ins)
     from ..engines.registry import ENGINES
 
     return ENGINES
