@@ -244,15 +244,28 @@ def test_known_violations_still_occur(found):
     assert not gone, "fixed, remove from KNOWN in tests/test_layers.py: " + ", ".join(gone)
 
 
-def test_the_graph_is_read():
-    """Positive control: the reader finds a relative, a function-level and a TYPE_CHECKING import it must."""
-    g = graph()
-    arrows = {(e.importer, e.imported) for edges in g.values() for e in edges}
-    assert ("qeval.config", "qeval.errors") in arrows  # from .errors import ConfigError
-    assert ("qeval.cli", "qeval.pipeline.campaign") in arrows  # inside a command's function
-    assert ("qeval.pipeline.executor", "qeval.progress") in arrows  # under TYPE_CHECKING
-    assert ("qeval.engines", "qeval.engines.vllm") in arrows  # from . import vllm
-    # and a made-up graph with a cycle and an upward import is caught
+def test_the_graph_is_read(tmp_path):
+    """Positive control: the reader finds every kind of import it must, and a made-up graph's cycle and upward
+    import are caught."""
+    source = tmp_path / "mod.py"
+    source.write_text("from __future__ import annotations\n"
+                      "from typing import TYPE_CHECKING\n"
+                      "import qeval.stats.exact\n"  # absolute
+                      "from ..errors import ConfigError\n"  # relative, a name
+                      "from ..engines import spec, Endpoint\n"  # relative, a submodule and the package's name
+                      "if TYPE_CHECKING:\n"
+                      "    from .plan import VariantPlan\n"
+                      "def later():\n"
+                      "    from . import sink\n")
+    known = set(modules())
+    found = {(e.imported, e.line) for e in imports_of("qeval.pipeline.mod", source, known)}
+    assert found == {("qeval.stats.exact", 3), ("qeval.errors", 4), ("qeval.engines.spec", 5), ("qeval.engines", 5),
+                     ("qeval.pipeline.plan", 7), ("qeval.pipeline.sink", 9)}
+    package = tmp_path / "__init__.py"
+    package.write_text("from . import vllm\nfrom .base import Endpoint\n")
+    assert {e.imported for e in imports_of("qeval.engines", package, known)} == {"qeval.engines.vllm",
+                                                                               "qeval.engines.base"}
+    assert ("qeval.config", "qeval.errors") in {(e.importer, e.imported) for edges in graph().values() for e in edges}
     fake = {"qeval.errors": [Import("qeval.errors", "qeval.cli", 1)],
             "qeval.cli": [Import("qeval.cli", "qeval.errors", 2)]}
     assert [cycle_key(group) for group, _ in cycles(fake)] == ["cycle: qeval.cli qeval.errors"]
