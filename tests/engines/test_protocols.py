@@ -7,6 +7,7 @@ import pytest
 
 from qeval.engines import Engine, EngineBase
 from qeval.engines.registry import ENGINES
+from qeval.errors import ConfigError
 from tests.engines.test_contract import _built
 from tests.protocols import check_class, check_instance, incompatible, members
 
@@ -59,3 +60,11 @@ def test_the_check_catches_what_breaks_a_caller():
     assert any("Bare.start" in p for p in check_class(type("Bare", (), {}), Engine))
     assert incompatible(inspect.signature(lambda a, b=1: 0), inspect.signature(lambda a, b=1, *, c: 0)) == [
         "needs 'c', which the protocol's callers never pass"]
+
+
+def test_the_registry_refuses_a_plugin_engine_without_the_base():
+    """An entry point's class is checked as it loads: one that is no EngineBase would lack the defaults qeval calls."""
+    with pytest.raises(ConfigError, match="engine 'bare' .* must subclass qeval.engines.base.EngineBase"):
+        ENGINES._checked("bare", "my_plugin:Bare", type("Bare", (), {"kind": "bare"}))
+    echo = type("Echo", (EngineBase,), {"kind": "echo"})
+    assert ENGINES._checked("echo", "my_plugin:Echo", echo) is echo

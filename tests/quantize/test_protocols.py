@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from qeval.errors import ConfigError
 from qeval.quantize import QUANTIZERS, Quantizer, QuantizerBase
 from qeval.settings import Runtime
 from tests.protocols import check_class, check_instance, members
@@ -38,3 +39,8 @@ def test_the_check_catches_a_missing_member():
     problems = check_class(Partial, Quantizer)
     assert {p.split(":")[0] for p in problems} == {"Partial.runtime_of", "Partial.spec", "Partial.cache_key",
                                                    "Partial.quantize"}
+
+
+def test_the_registry_refuses_a_plugin_quantizer_without_the_base():
+    with pytest.raises(ConfigError, match="must subclass qeval.quantize.base.QuantizerBase"):
+        QUANTIZERS._checked("bare", "my_plugin:Bare", type("Bare", (), {}))
