@@ -18,9 +18,7 @@ from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpe
                            merged)
 from .errors import ConfigError
 from .hashing import content_hash, key_hash
-from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .pipeline.executor import ExecutorSpec, LocalExecutorSpec
-from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
 from .quantize.spec import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY, RecipeSpec
@@ -29,6 +27,8 @@ from .specs import (Name, Strict, format_validation, known_keys, line_of, non_de
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
                           SuiteRef)
 from .tracking.spec import MlflowSpec
+from .verdict.noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
+from .verdict.policy import GatePolicy, GateRule, PerfMetric, PerfRule
 
 __all__ = ["CampaignConfig", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
            "GenerationSpec", "GridEngineSpec", "GridSpec", "LmEvalSuiteRef", "LogprobsSuiteRef", "METHODS",
@@ -183,7 +183,7 @@ class CampaignConfig(Strict):
     probe: ProbeSpec = ProbeSpec()
     grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
-    # the baseline evaluated a second time by a second server under another batch shape (qeval/noise.py)
+    # the baseline evaluated a second time by a second server under another batch shape (qeval/verdict/noise.py)
     noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the

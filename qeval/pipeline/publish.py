@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def publish(result: "CampaignResult", cfg: "CampaignConfig", reporter: Reporter | None = None) -> "CampaignResult":
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local."""
-    from ..recommend import for_record
+    from ..verdict.recommend import for_record
     from ..report import write_all
     from ..tracking.mlflow import log_record
 
