@@ -4,8 +4,9 @@ pauses to look, and each sequential rule's verdict from the items evaluated so f
 Pure: paired scores in, results out. A variant's run (pipeline/monitor.py) looks at each pause, through
 suite.judge_suite, to decide whether to go on; the driver (pipeline/judge.py) asks the same function once
 on what was stored and reaches the same verdict, because both read the same order, the same looks and the
-same design from the same records. The design quantities a sequential gate needs (the MDE that makes it INCONCLUSIVE, the sd that
-places its futility bound) are fixed at its first look, so later items never change an earlier look.
+same design from the same records. The design quantities a sequential gate needs (the MDE that makes it
+INCONCLUSIVE, the sd that places its futility bound) are fixed at its first look, so later items never change
+an earlier look.
 """
 
 from __future__ import annotations
