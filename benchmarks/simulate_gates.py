@@ -15,12 +15,13 @@ import math
 import numpy as np
 from scipy import stats
 
-from qeval.compare import Paired, compare_metric
-from qeval.config import GatePolicy, GateRule
-from qeval.gates import evaluate
 from qeval.metrics import continuous, indicator
 from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
 from qeval.stats.exact import noninferiority_exact
+from qeval.verdict.comparison import compare_metric
+from qeval.verdict.gates import evaluate
+from qeval.verdict.pairing import Paired
+from qeval.verdict.policy import GatePolicy, GateRule
 
 
 def binary_pair(rng, n, p_base, p_disc, delta):

@@ -10,11 +10,12 @@ import time
 
 import numpy as np
 
-from qeval.compare import Paired, adjust_all, compare_metric
 from qeval.metrics import continuous, indicator
-from qeval.config import GatePolicy, GateRule
-from qeval.gates import evaluate
 from qeval.stats import paired_bootstrap_ci
+from qeval.verdict.comparison import adjust_all, compare_metric
+from qeval.verdict.gates import evaluate
+from qeval.verdict.pairing import Paired
+from qeval.verdict.policy import GatePolicy, GateRule
 
 
 def timed(fn, repeat: int = 3) -> float:

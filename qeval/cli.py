@@ -14,7 +14,7 @@ from rich.table import Table
 
 from .progress import PlainReporter, RichReporter
 from .errors import EXIT_GATE_FAILED, EXIT_INFRA, EXIT_PASS, ConfigError, QevalError
-from .savings import stopped_at
+from .verdict.savings import stopped_at
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quantization quality-regression evaluator.")
 err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
@@ -105,7 +105,7 @@ def verdict_table(record) -> Table:
 def savings_lines(record) -> list[str]:
     """Under the verdict table: the items each variant's sequential gates (and skipped suites) saved."""
     from .report.markdown import duration
-    from .savings import savings
+    from .verdict.savings import savings
 
     s = savings(record)
     if not s:

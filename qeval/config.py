@@ -20,8 +20,6 @@ from .errors import ConfigError
 from .executors.spec import ExecutorSpec, LocalExecutorSpec
 from .hashing import content_hash, key_hash
 from .methods import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY
-from .noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
-from .policy import GatePolicy, GateRule, PerfMetric, PerfRule
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
 from .quantize.spec import RecipeSpec
@@ -30,6 +28,8 @@ from .specs import (Name, Strict, format_validation, known_keys, line_of, non_de
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
                           SuiteRef)
 from .tracking.spec import MlflowSpec
+from .verdict.noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
+from .verdict.policy import GatePolicy, GateRule, PerfMetric, PerfRule
 
 __all__ = ["CampaignConfig", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
            "GenerationSpec", "GridEngineSpec", "GridSpec", "LmEvalSuiteRef", "LogprobsSuiteRef", "METHODS",
@@ -184,7 +184,7 @@ class CampaignConfig(Strict):
     probe: ProbeSpec = ProbeSpec()
     grid: GridSpec | None = None  # batch size x concurrency (needs engine restarts)
     seed: int = 0
-    # the baseline evaluated a second time by a second server under another batch shape (qeval/noise.py)
+    # the baseline evaluated a second time by a second server under another batch shape (qeval/verdict/noise.py)
     noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the

@@ -33,7 +33,7 @@ class SuiteSummary(_Model):
 class VariantResult(_Model):
     name: str
     method: str
-    role: Literal["baseline", "variant", "noise"]  # noise: the baseline evaluated again (qeval/noise.py)
+    role: Literal["baseline", "variant", "noise"]  # noise: the baseline evaluated again (qeval/verdict/noise.py)
     key: str = ""
     checkpoint: str | None = None
     checkpoint_hash: str | None = None
@@ -64,7 +64,7 @@ class VariantResult(_Model):
     error: str | None = None
     suites: list[SuiteSummary] = []
     distribution: dict[str, Distribution | BaselineDistribution] = {}  # per logprobs suite: perplexity, KL, top-1
-    flips: dict[str, SuiteFlips] = {}  # per suite: the items whose 0/1 result changed (qeval/flips.py)
+    flips: dict[str, SuiteFlips] = {}  # per suite: the items whose 0/1 result changed (qeval/verdict/flips.py)
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
@@ -142,7 +142,7 @@ class Comparison(_Model):
 
 
 class NoiseFloor(_Model):
-    """The A/A evaluation of the baseline (qeval/noise.py): its name, batch shape and figures."""
+    """The A/A evaluation of the baseline (qeval/verdict/noise.py): its name, batch shape and figures."""
 
     variant: str  # the A/A evaluation's name in the record's variants
     concurrency: int  # its requests in flight

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qeval.compare import Paired, compare_metric
 from qeval.config import load_policy
-from qeval.gates import evaluate, evaluate_performance
 from qeval.suites.logprobs import LogprobsSuite
 from qeval.suites.lmeval import task_metrics
+from qeval.verdict.comparison import compare_metric
+from qeval.verdict.gates import evaluate, evaluate_performance
+from qeval.verdict.pairing import Paired
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -56,8 +57,8 @@ def test_lm_eval_metrics_are_declared_by_lm_eval_and_the_task():
 
 
 def test_an_undeclared_direction_fails_the_gate_and_asks_for_one():
-    from qeval.config import GatePolicy, GateRule
     from qeval.metrics import UNDECLARED
+    from qeval.verdict.policy import GatePolicy, GateRule
 
     rng = np.random.default_rng(1)
     b = rng.random(100)
@@ -71,7 +72,7 @@ def test_an_undeclared_direction_fails_the_gate_and_asks_for_one():
 
 @pytest.mark.parametrize("action, verdict", [("warn", "WARN"), ("fail", "FAIL")])
 def test_a_rule_on_a_figure_not_measured_acts_as_it_says(action, verdict):
-    from qeval.config import GatePolicy, PerfRule
+    from qeval.verdict.policy import GatePolicy, PerfRule
 
     policy = GatePolicy(performance=[PerfRule(metric="max_output_throughput", min_ratio=0.8, action=action)])
     [g] = evaluate_performance(policy, "v", {"weights_bytes": 2.0}, {"weights_bytes": 1.0})
@@ -82,7 +83,7 @@ def test_a_rule_on_a_figure_not_measured_acts_as_it_says(action, verdict):
 def test_a_simulated_variants_figures_show_nothing_either_way(action, verdict):
     """Served on its dequantized weights, a variant's weights and speed are the dense model's: a 1.0x weights
     ratio would FAIL a W4A16 scheme that in truth passes, and a faster one could PASS a slow kernel."""
-    from qeval.config import GatePolicy, PerfRule
+    from qeval.verdict.policy import GatePolicy, PerfRule
 
     policy = GatePolicy(performance=[PerfRule(metric="weights_bytes", max_ratio=0.75, action=action)])
     why = "simulated automatically: no kernel"

@@ -17,11 +17,11 @@ import pytest
 from qeval.config import load_config
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.errors import ConfigError
-from qeval.noise import NoiseFloorSpec, floor_figures, within_floor
 from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
 from qeval.record import Comparison
 from qeval.settings import Settings
+from qeval.verdict.noise import NoiseFloorSpec, floor_figures, within_floor
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites" / "custom"

@@ -15,11 +15,11 @@ import pytest
 
 from qeval.config import load_config
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
-from qeval.looks import evaluation_order, prefix_length, suite_order
 from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.stats.sequential import gsd_gate
+from qeval.verdict.sequential import evaluation_order, prefix_length, suite_order
 from tests.test_pipeline_fake import _suites
 
 N = 400  # items per suite: a decided FAIL at the first look (100) saves three quarters of them

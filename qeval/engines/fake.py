@@ -50,7 +50,7 @@ class FakeEngineSpec(BaseModel):
     wrong: list[str] = []  # item ids it answers wrong
     wrong_fraction: float = Field(0.0, ge=0, le=1)  # and this share of the others, chosen by a hash of (model, id)
     # and this share, chosen by a hash of (served name, id): each server of the checkpoint errs on its own
-    # items, as an engine whose results depend on its batch (what the noise floor measures: qeval/noise.py)
+    # items, as an engine whose results depend on its batch (what the noise floor measures: qeval/verdict/noise.py)
     server_noise: float = Field(0.0, ge=0, le=1)
     logprob_noise: float = Field(0.0, ge=0)  # how far its next-token distributions sit from the reference ones
     token_delay_s: float = Field(0.0, ge=0)  # between streamed tokens

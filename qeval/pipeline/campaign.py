@@ -199,7 +199,7 @@ class Campaign:
 
     def _judge(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p) -> None:
         """Compare and gate into the record; every flipped item into flips.parquet beside it."""
-        from ..flips import table, write_parquet
+        from ..verdict.flips import table, write_parquet
 
         flipped = compare_and_gate(self.cfg, record, store, keys, p)
         if flipped:

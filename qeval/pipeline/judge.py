@@ -8,18 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import CampaignConfig, GatePolicy, GateRule
-from ..metrics import UNDECLARED
+from ..config import CampaignConfig
 from ..record import NoiseFloor, RunRecord, SuiteSummary, VariantResult
 from ..record_models import BaselineDistribution, Distribution, Probe
 from ..store import Record, ResultsStore
+from ..verdict.policy import GatePolicy
 from .plan import Plan, SuiteKey
 
 if TYPE_CHECKING:
-    from ..looks import SuiteLook
+    from ..verdict.sequential import SuiteLook
 
-# the comparison's statistics (compare, gates: scipy.stats) take about a second to import; they are
-# imported where a comparison is made, so a run that is cut before comparing never loads them
+# the comparison's statistics (verdict: comparison, gates: scipy.stats) take about a second to import; they
+# are imported where a comparison is made, so a run that is cut before comparing never loads them
 
 
 def summarize(store: ResultsStore, vkey: str, p: Plan, complete_only: bool = False) -> list[SuiteSummary]:
@@ -47,28 +47,19 @@ def itemwise_comparisons(policy: GatePolicy, seed: int, name: str, sk: SuiteKey,
                          cand_recs: list[Record]) -> tuple[list, dict, "SuiteLook | None"]:
     """A per-item suite of one variant against the baseline: its comparisons, the results of its gates
     that look while the suite runs (keyed (variant, suite, metric)), and the look they came from."""
-    from ..compare import align, compare_metric
-    from ..gates import rule_for
-    from ..looks import look_at_suite, suite_order
+    from ..verdict.pairing import align
+    from ..verdict.suite import judge_suite
 
     paired = align(sk.suite, base_recs, cand_recs)
-    metrics = sorted(paired.base)
-    comparisons = []
-    for m in metrics:
-        # logprobs suites are gated on KL (chunk_comparisons), their nll is reported
-        is_primary = m == (sk.primary or metrics[0]) and not sk.suite.startswith("logprobs/")
-        rule = rule_for(policy, sk.suite, m) or GateRule()
-        comparisons.append(compare_metric(name, sk.suite, m, is_primary, paired, rule, policy,
-                                          spec=sk.metrics.get(m, UNDECLARED)))
-    sequential: dict = {}
-    look = None
-    if policy.sequential_in_use and metrics and not sk.suite.startswith("logprobs/"):
-        base = [r for r in base_recs if r.sample == 0]
-        order, groups = suite_order([r.item_id for r in base], [r.group for r in base], seed, sk.key)
-        means = {m: sum(r.scores[m] for r in base) / len(base) for m in metrics}
-        look = look_at_suite(policy, sk.suite, sk.primary, sk.metrics, paired, order, groups, means)
-        sequential = {(name, sk.suite, m): r for m, r in look.results.items() if r is not None}
-    return comparisons, sequential, look
+    # logprobs suites are gated on KL (chunk_comparisons), their nll is reported
+    gated = not sk.suite.startswith("logprobs/")
+    base = [r for r in base_recs if r.sample == 0]
+    means = ({m: sum(r.scores[m] for r in base) / len(base) for m in sorted(paired.base)}
+             if gated and policy.sequential_in_use else {})
+    j = judge_suite(policy, seed, name, sk.suite, sk.key, sk.primary, sk.metrics, paired,
+                    planned_ids=[r.item_id for r in base], planned_groups=[r.group for r in base],
+                    base_means=means, gated=gated)
+    return list(j.comparisons), j.keyed, j.look
 
 
 def chunk_comparisons(policy: GatePolicy, seed: int, name: str, lp, base_recs: list[Record], cand_recs: list[Record],
@@ -77,10 +68,9 @@ def chunk_comparisons(policy: GatePolicy, seed: int, name: str, lp, base_recs: l
     baseline's own KL is 0 and its agreement 1), and the results of its sequential gates."""
     import numpy as np
 
-    from ..compare import Paired, compare_metric
-    from ..gates import rule_for
-    from ..looks import look_at_suite, suite_order
     from ..suites.logprobs import compare_chunks
+    from ..verdict.pairing import Paired
+    from ..verdict.suite import judge_suite
 
     cc = cc if cc is not None else compare_chunks(base_recs, cand_recs)
     if not cc.ids:
@@ -88,26 +78,19 @@ def chunk_comparisons(policy: GatePolicy, seed: int, name: str, lp, base_recs: l
     n = len(cc.ids)
     paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
                     cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
-    comparisons = []
-    for m in ("kl", "top1") if cc.alternatives else ("kl",):
-        rule = rule_for(policy, lp.suite, m) or GateRule()
-        comparisons.append(compare_metric(name, lp.suite, m, m == "kl", paired, rule, policy, spec=lp.metrics()[m]))
-    sequential: dict = {}
-    look = None
-    if policy.sequential_in_use:
-        order, groups = suite_order([r.item_id for r in base_recs], [None] * len(base_recs), seed, lp.key)
-        look = look_at_suite(policy, lp.suite, "kl", lp.metrics(), paired, order, groups, {"kl": 0.0, "top1": 1.0})
-        sequential = {(name, lp.suite, m): r for m, r in look.results.items() if r is not None}
-    return comparisons, sequential, look
+    j = judge_suite(policy, seed, name, lp.suite, lp.key, "kl", lp.metrics(), paired,
+                    planned_ids=[r.item_id for r in base_recs], planned_groups=[None] * len(base_recs),
+                    base_means={"kl": 0.0, "top1": 1.0}, compared=("kl", "top1") if cc.alternatives else ("kl",))
+    return list(j.comparisons), j.keyed, j.look
 
 
 def distribution(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, base_records: dict[str, list[Record]],
                  name: str, vkey: str, p: Plan, complete_only: bool = False, sequential: dict | None = None,
                  flipped: dict | None = None) -> list:
     """The logprobs suites' comparisons (chunk_comparisons), plus a per-token summary in the record."""
-    from ..flips import chunk_flips
     from ..stats.distribution import summarize as summarize_positions
     from ..suites.logprobs import compare_chunks, perplexity
+    from ..verdict.flips import chunk_flips
 
     out = []
     res = next(r for r in record.variants if r.name == name)
@@ -145,8 +128,8 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
                      p: Plan) -> dict[tuple[str, str], list]:
     """Every variant with a key against the baseline, gated; verdicts and the first flipped items into the
     record. Returns every flipped row per (variant, suite), for flips.parquet."""
-    from ..compare import adjust_all
-    from ..gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
+    from ..verdict.comparison import adjust_all
+    from ..verdict.gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
 
     flipped: dict[tuple[str, str], list] = {}
 
@@ -197,9 +180,9 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
 
 def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan,
                 base_records: dict[str, list[Record]], flipped: dict) -> NoiseFloor | None:
-    """The A/A evaluation against the baseline's (qeval/noise.py): its figures, never gated or corrected with the
-    variants' p-values, and each variant's (suite, metric) that sits within them."""
-    from ..noise import SUFFIX, floor_figures, within_floor
+    """The A/A evaluation against the baseline's (qeval/verdict/noise.py): its figures, never gated or corrected
+    with the variants' p-values, and each variant's (suite, metric) that sits within them."""
+    from ..verdict.noise import SUFFIX, floor_figures, within_floor
     from .plan import suite_concurrency
 
     name = cfg.baseline.name + SUFFIX
@@ -225,7 +208,7 @@ def _suite(cfg: CampaignConfig, name: str, sk: SuiteKey, base: list[Record], can
            res: VariantResult | None, flipped: dict) -> tuple[list, dict]:
     """One per-item suite of `name` against the baseline: its comparisons and sequential results; its flipped
     items into `res` and `flipped`."""
-    from ..flips import item_flips
+    from ..verdict.flips import item_flips
 
     comps, seq, _ = itemwise_comparisons(cfg.gates, cfg.seed, name, sk, base, cand)
     metric = _flip_metric(sk, base)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from ..store import Record
 
 if TYPE_CHECKING:
-    from ..looks import SuiteLook
+    from ..verdict.sequential import SuiteLook
     from .plan import SuiteKey, VariantPlan
     from .sink import RecordSink
 
@@ -45,7 +45,7 @@ def batches(order: Sequence[str], pauses: Sequence[int]) -> list[list[str]]:
 def lmeval_cuts(seed: int, sk: "SuiteKey", pauses: Sequence[int], n: int) -> list[list[int]]:
     """An lm-eval task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call.
     Fixed at plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
-    from ..looks import suite_order
+    from ..verdict.sequential import suite_order
 
     order, _ = suite_order([str(i) for i in range(n)], [None] * n, seed, sk.key)
     return [[int(i) for i in b] for b in batches(order, pauses)]
@@ -92,7 +92,8 @@ class Monitor:
 
     def batches(self, sk: "SuiteKey", ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
         """The suite's items cut at the looks of its sequential gates; None: no sequential gate reads it."""
-        from ..looks import gated_metrics, pauses, suite_order
+        from ..verdict.rules import gated_metrics
+        from ..verdict.sequential import pauses, suite_order
 
         if not self.on or not self.policy.sequential_in_use:
             return None
@@ -147,7 +148,7 @@ class Monitor:
 
     def finished(self, sk: "SuiteKey") -> None:
         """A suite ran to its end: with stop_variant_on_fail, its gates (fixed n now final) may fail the variant."""
-        from ..gates import evaluate
+        from ..verdict.gates import evaluate
 
         if not (self.on and self.policy.stop_variant_on_fail) or self.failed:
             return

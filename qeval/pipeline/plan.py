@@ -11,20 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
-from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GatePolicy, GridSpec, ProbeSpec, VariantSpec
+from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
 from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import key_hash
 from ..metrics import MetricSpec
-from ..noise import SUFFIX as NOISE_SUFFIX
 from ..methods import WEIGHT_ONLY
 from ..settings import Settings
 from ..specs import non_defaults
 from ..suites.custom import CustomSuite, load_suite
 from ..suites.lmeval import LmEvalTask, resolve_tasks
 from ..suites.logprobs import LogprobsSuite, load_logprobs_suite
+from ..verdict.noise import SUFFIX as NOISE_SUFFIX
+from ..verdict.policy import GatePolicy
 
 UNQUANTIZED = ("bf16", "fp16", "fp8-online")  # served from the base checkpoint as it is
 
@@ -281,7 +282,7 @@ def _batched(cfg: CampaignConfig, ref, tasks: list[LmEvalTask], config_file: str
     """Each task a sequential gate reads, cut at its looks (those of every rule that gates one of its
     metrics); lm-eval then runs it in those batches, for the baseline as for every variant. The docs they
     cut are counted by the data pre-flight (with_doc_counts)."""
-    from ..gates import rule_for
+    from ..verdict.rules import rule_for
 
     policy, out = cfg.gates, []
     for t in tasks:
@@ -308,7 +309,7 @@ def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> None:
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
     """A betting sequence needs 0/1 scores (its bound is 1) and independent items: anything else it would
     read wrong, found before anything starts."""
-    from ..looks import gated_metrics
+    from ..verdict.rules import gated_metrics
 
     policy = cfg.gates
     grouped = {f"custom/{s.name}" for s in p.custom if any(it.group is not None for it in s.items)}

@@ -11,10 +11,11 @@ import numpy as np
 import yaml
 
 from .plan import Plan
-from ..config import CampaignConfig, GateRule
-from ..gates import rule_for
+from ..config import CampaignConfig
 from ..stats import clustered, design_effect, mde, n_required, n_required_clustered
 from ..stats.power import BINARY_PLANNING_VAR
+from ..verdict.policy import GateRule
+from ..verdict.rules import rule_for
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ def publish(record: "RunRecord", run_dir: Path, record_path: Path, cfg: "Campaig
             reporter: Reporter | None = None) -> dict[str, Path]:
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local. Returns the
     report's files by name ("report" the summary)."""
-    from ..recommend import for_record
+    from ..verdict.recommend import for_record
     from ..report import write_all
     from ..tracking.mlflow import log_record
 

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..record import RunRecord
-from ..savings import savings, stopped_at
+from ..verdict.savings import savings, stopped_at
 
 
 def render(r: RunRecord) -> str:
@@ -18,7 +18,7 @@ def render(r: RunRecord) -> str:
         by_variant.setdefault(g.variant, []).append(g)
     saved = {s.variant: s for s in savings(r).variants}
     for v in r.variants:
-        if v.role != "variant":  # the baseline, and its A/A (qeval/noise.py): nothing gated
+        if v.role != "variant":  # the baseline, and its A/A (qeval/verdict/noise.py): nothing gated
             continue
         gates = by_variant.get(v.name, [])
         failing = [g for g in gates if g.verdict == "FAIL" or (g.verdict == "INCONCLUSIVE" and r.inconclusive == "fail")]

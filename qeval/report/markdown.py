@@ -10,9 +10,9 @@ import jinja2
 
 from ..record import GateResult, RunRecord
 from ..record_models import Grid, GridCell, ProbeStep, SuiteFlips
-from ..flips import KEEP
-from ..noise import floor_rows, show as show_floor
-from ..savings import savings, short_method, stopped_at
+from ..verdict.flips import KEEP
+from ..verdict.noise import floor_rows, show as show_floor
+from ..verdict.savings import savings, short_method, stopped_at
 
 TEMPLATE = """\
 # qeval report: {{ r.campaign }}
@@ -404,7 +404,7 @@ def _compiled(template: str) -> jinja2.Template:
 
 
 def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
-    from ..recommend import for_record
+    from ..verdict.recommend import for_record
     from .differences import differences
 
     suites = sorted({s.suite for v in r.variants for s in v.suites})

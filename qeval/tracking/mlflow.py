@@ -18,9 +18,9 @@ import pandas as pd
 from ..record import RunRecord
 from ..record_models import Grid
 from ..quantize.base import scheme_params
-from ..recommend import for_record
-from ..savings import savings
 from ..store import ResultsStore
+from ..verdict.recommend import for_record
+from ..verdict.savings import savings
 from .spec import default_tracking_uri  # noqa: F401  (where callers have always found it)
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")

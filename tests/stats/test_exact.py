@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from qeval.config import GatePolicy, GateRule
-from qeval.gates import evaluate
 from qeval.record import Comparison
 from qeval.stats import paired_proportion_ci
 from qeval.stats.exact import _tail, noninferiority_exact, restricted_loss_rate, score
+from qeval.verdict.gates import evaluate
+from qeval.verdict.policy import GatePolicy, GateRule
 
 
 def test_restricted_likelihood_is_maximal():

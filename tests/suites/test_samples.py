@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from qeval.compare import align, compare_metric
-from qeval.config import GatePolicy, GateRule, GenerationSpec
+from qeval.config import GenerationSpec
 from qeval.engines import Endpoint
 from qeval.errors import ConfigError, EngineError, QevalError
 from qeval.store import ResultsStore
 from qeval.suites.custom import load_suite, run_custom, sample_seeds
+from qeval.verdict.comparison import compare_metric
+from qeval.verdict.pairing import align
+from qeval.verdict.policy import GatePolicy, GateRule
 
 from ..loopback import Loopback, js
 

@@ -2,13 +2,15 @@
 
 import pytest
 
-from qeval.config import GatePolicy, GateRule, load_policy
+from qeval.config import load_policy
 from qeval.errors import ConfigError
-from qeval.gates import evaluate, overall_verdict, rule_for, variant_verdict
 from qeval.record import Comparison, RunRecord
 from qeval.report.junit import render as junit
+from qeval.verdict.gates import evaluate, overall_verdict, variant_verdict
+from qeval.verdict.policy import GatePolicy, GateRule
+from qeval.verdict.rules import rule_for
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def comp(variant="q", suite="lm_eval/t", metric="acc", delta=-0.01, low=-0.03, high=0.01, mde=0.02, base=0.6,
@@ -99,9 +101,10 @@ def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlate
     INCONCLUSIVE) counts groups only with an assumed planning_icc, so it stays fixed before the run."""
     import numpy as np
 
-    from qeval.compare import Paired, compare_metric
     from qeval.metrics import continuous
     from qeval.stats import clustered, design_effect, mde
+    from qeval.verdict.comparison import compare_metric
+    from qeval.verdict.pairing import Paired
 
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(40), 3)

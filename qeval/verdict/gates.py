@@ -8,49 +8,19 @@ the p-values that look for differences, and the report says which one.
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-
 from typing import TYPE_CHECKING, Mapping
 
+from ..record import Comparison, GateResult, GateVerdict
+from ..stats import decide
+from ..stats.exact import noninferiority_exact
 from .policy import GatePolicy, GateRule
-from .record import Comparison, GateResult, GateVerdict
-from .stats import decide
-from .stats.exact import noninferiority_exact
+from .rules import direction_of, named_by_a_rule, rule_for
 
 if TYPE_CHECKING:
-    from .metrics import MetricSpec
-    from .stats.sequential import SequentialResult
+    from ..stats.sequential import SequentialResult
 
 # (variant, suite, metric) -> the sequential result of a gate that looked while its suite ran
 Sequential = Mapping[tuple[str, str, str], "SequentialResult"]
-
-
-def rule_for(policy: GatePolicy, suite: str, metric: str) -> GateRule | None:
-    """The last rule whose glob matches "suite/metric" wins, so specific rules follow general ones."""
-    hits = [r for r in policy.rules if fnmatchcase(f"{suite}/{metric}", r.match)]
-    return hits[-1] if hits else None
-
-
-def _direction(rule: GateRule, higher_is_better: bool | None) -> str | None:
-    if rule.direction is not None:
-        return rule.direction
-    return None if higher_is_better is None else ("higher" if higher_is_better else "lower")
-
-
-def direction_of(rule: GateRule, c: Comparison) -> str | None:
-    """The rule's direction, else the one the metric's definition declares (None: neither says)."""
-    return _direction(rule, c.higher_is_better)
-
-
-def direction_of_spec(rule: GateRule, spec: "MetricSpec") -> str | None:
-    """direction_of, for a metric known by its declaration alone (before any comparison is made)."""
-    return _direction(rule, spec.higher_is_better)
-
-
-def named_by_a_rule(policy: GatePolicy, suite: str, metric: str) -> bool:
-    """A rule names a metric when its pattern's last part is that metric, e.g. "logprobs/*/top1": then
-    the metric is gated even where it is not its suite's primary one."""
-    return any(r.match.rsplit("/", 1)[-1] == metric and fnmatchcase(f"{suite}/{metric}", r.match)
-               for r in policy.rules)
 
 
 def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> GateResult:

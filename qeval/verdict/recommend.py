@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 if TYPE_CHECKING:
-    from .record import GateResult, RunRecord
+    from ..record import GateResult, RunRecord
 
 By = Literal["weights_memory", "throughput_at_slo"]
 FAILING = ("FAIL", "INCONCLUSIVE")  # WARN never stops a variant
@@ -117,7 +117,7 @@ def shortfall(g: "GateResult") -> float:
 def candidates(r: "RunRecord") -> list[Candidate]:
     out = []
     for v in r.variants:
-        if v.role != "variant":  # the baseline, and its A/A (qeval/noise.py)
+        if v.role != "variant":  # the baseline, and its A/A (noise.py)
             continue
         perf = v.perf()
         fails = tuple(Failure(gate=f"{g.suite} / {g.metric}", verdict=g.verdict, reason=g.reason, shortfall=shortfall(g))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from qeval.flips import FLIP_TEXT, chunk_flips, item_flips
+from qeval.verdict.flips import FLIP_TEXT, chunk_flips, item_flips
 from qeval.store import Record
 
 

@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .specs import Strict
+from ..specs import Strict
 
 
 class SequentialSpec(Strict):
     """Look at a gate while its suite runs and stop once the verdict is settled (qeval/stats/sequential.py;
-    the looks: qeval/looks.py)."""
+    the looks: qeval/verdict/sequential.py)."""
 
     method: Literal["gsd", "betting"] = "gsd"  # group-sequential (O'Brien-Fleming spending), or a betting CS
     look_every: int = Field(50, ge=1)  # items between looks

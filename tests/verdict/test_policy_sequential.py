@@ -10,10 +10,10 @@ import pytest
 
 from qeval.config import load_config
 from qeval.errors import ConfigError
-from qeval.policy import GatePolicy, GateRule, SequentialSpec
+from qeval.verdict.policy import GatePolicy, GateRule, SequentialSpec
 
-from .test_bad_input import edit_yaml, workspace
-from .test_config import GOOD, ROOT, write
+from ..test_bad_input import edit_yaml, workspace
+from ..test_config import GOOD, ROOT, write
 
 
 def test_the_knob_changes_the_hash_where_a_policy_sets_it(tmp_path):

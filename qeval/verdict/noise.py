@@ -3,7 +3,7 @@ and compared with its first evaluation. What differs between the two is the engi
 composition changes the order of floating-point sums: vLLM is not batch-invariant unless asked to be), so a
 variant whose disagreement with the baseline is no larger than this floor differs by no more than that noise.
 
-Pure: the spec, and the figures read from comparisons already made (qeval/compare.py).
+Pure: the spec, and the figures read from comparisons already made (comparison.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from .record import Comparison
-from .record_models import FloorFigure, FloorNote
-from .specs import Strict
+from ..record import Comparison
+from ..record_models import FloorFigure, FloorNote
+from ..specs import Strict
 
 SUFFIX = "-aa"  # the A/A evaluation's name: the baseline's, with this after it
 

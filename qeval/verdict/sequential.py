@@ -1,11 +1,12 @@
 """Sequential gates over stored records: the order every variant evaluates a suite in, where its run
 pauses to look, and each sequential rule's verdict from the items evaluated so far.
 
-Pure: records in, results out. A variant's run (pipeline/monitor.py) calls `look_at_suite` at each pause
-to decide whether to go on; the driver (pipeline/judge.py) calls it once on what was stored and reaches
-the same verdict, because both read the same order, the same looks and the same design from the same
-records. The design quantities a sequential gate needs (the MDE that makes it INCONCLUSIVE, the sd that
-places its futility bound) are fixed at its first look, so later items never change an earlier look.
+Pure: paired scores in, results out. A variant's run (pipeline/monitor.py) looks at each pause, through
+suite.judge_suite, to decide whether to go on; the driver (pipeline/judge.py) asks the same function once
+on what was stored and reaches the same verdict, because both read the same order, the same looks and the
+same design from the same records. The design quantities a sequential gate needs (the MDE that makes it
+INCONCLUSIVE, the sd that places its futility bound) are fixed at its first look, so later items never change
+an earlier look.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from .hashing import stable_hash
+from ..hashing import stable_hash
+from .pairing import Paired
+from .rules import direction_of_spec, gated_metrics
 
 if TYPE_CHECKING:
-    from .compare import Paired
-    from .metrics import MetricSpec
+    from ..metrics import MetricSpec
+    from ..stats.sequential import SequentialResult
     from .policy import GatePolicy, GateRule
-    from .stats.sequential import SequentialResult
 
 
 def evaluation_order(ids: Sequence[str], groups: Sequence[str | None], seed: int, salt: str) -> tuple[str, ...]:
@@ -44,25 +46,10 @@ def prefix_length(order: Sequence[str], have: set[str]) -> int:
     return len(order)
 
 
-def gated_metrics(policy: "GatePolicy", suite: str, metrics: Sequence[str], primary: str | None) -> list[tuple[str, "GateRule"]]:
-    """The suite's metrics a gate reads, with its rule, as gates.evaluate picks them: the primary metric,
-    and any metric a rule names."""
-    from .gates import named_by_a_rule, rule_for
-
-    out = []
-    for m in metrics:
-        if m != (primary or metrics[0]) and not named_by_a_rule(policy, suite, m):
-            continue
-        rule = rule_for(policy, suite, m)
-        if rule is not None:
-            out.append((m, rule))
-    return out
-
-
 def pauses(policy: "GatePolicy", rules: Sequence["GateRule"], order_groups: Sequence[str | None],
            n: int) -> tuple[int, ...]:
     """Every item count at which some sequential rule of the suite looks (each moved to a group's end)."""
-    from .stats.sequential import cluster_looks, look_schedule
+    from ..stats.sequential import cluster_looks, look_schedule
 
     out: set[int] = set()
     for r in rules:
@@ -81,9 +68,8 @@ def sequential_result(policy: "GatePolicy", rule: "GateRule", spec: "MetricSpec"
     """The rule's sequential verdict from the raw differences (variant - baseline) of the items evaluated
     so far, in the evaluation order; `order_groups` is every planned item's group in that order (its
     length is the planned n). None: the rule is a fixed-n one, or no direction is declared."""
-    from .gates import direction_of_spec
-    from .stats import clustered_mean_delta, planned_power
-    from .stats.sequential import betting_gate, cluster_looks, gsd_gate, look_schedule
+    from ..stats import clustered_mean_delta, planned_power
+    from ..stats.sequential import betting_gate, cluster_looks, gsd_gate, look_schedule
 
     seq = policy.sequential_of(rule)
     direction = direction_of_spec(rule, spec)
@@ -135,10 +121,8 @@ class SuiteLook:
         return [m for m, r in self.results.items() if r is not None and r.verdict == "FAIL" and self.actions[m] == "fail"]
 
 
-def in_order(p: "Paired", order: Sequence[str]) -> tuple["Paired", int]:
+def in_order(p: Paired, order: Sequence[str]) -> tuple[Paired, int]:
     """The pairs of the order's complete prefix, in that order, and the prefix's length."""
-    from .compare import Paired
-
     pos = {i: k for k, i in enumerate(p.ids)}
     t = prefix_length(order, set(pos))
     take = [pos[i] for i in order[:t]]
@@ -148,10 +132,10 @@ def in_order(p: "Paired", order: Sequence[str]) -> tuple["Paired", int]:
 
 
 def look_at_suite(policy: "GatePolicy", suite: str, primary: str | None, declared: Mapping[str, "MetricSpec"],
-                  paired: "Paired", order: Sequence[str], order_groups: Sequence[str | None],
+                  paired: Paired, order: Sequence[str], order_groups: Sequence[str | None],
                   base_means: Mapping[str, float]) -> SuiteLook:
     """Each gated metric's sequential result on the complete prefix of the order (pure)."""
-    from .metrics import UNDECLARED
+    from ..metrics import UNDECLARED
 
     ordered, _ = in_order(paired, order)
     metrics = sorted(paired.base)
