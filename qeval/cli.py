@@ -203,11 +203,9 @@ def validate(config: Path) -> None:
             data = check.result()
     except QevalError as e:
         _fail(e)
-    n_items = sum(len(s.items) for s in p.custom)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
-    out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {len(p.custom)} custom suites ({n_items} items), "
-              f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
-    if p.lmeval:
+    out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
+    if cfg.lmeval_suites():
         out.print(data.summary())
     if cfg.grid:
         g = cfg.grid

@@ -191,7 +191,7 @@ def test_nan_figures_load_back(tmp_path):
     with ResultsStore(tmp_path / "results.sqlite") as store:
         store.put("kq", "lp", "q", suite.suite, [chunk_record(i, f"t{i}", 2, _lp(["a", "z", "c"])) for i in range(2)])
         distribution(cfg, rec, store, {"lp": base}, "q", "kq",
-                     Plan(custom=[], lmeval=[], base_checkpoint=tmp_path, logprobs=[suite]))
+                     Plan(suites=(suite,), base_checkpoint=tmp_path))
     assert load_probe(rec.variants[1], stored)
     d, b = rec.variants[1].distribution["logprobs/c"], rec.variants[0].distribution["logprobs/c"]
     assert isinstance(d, Distribution) and isinstance(b, BaselineDistribution)

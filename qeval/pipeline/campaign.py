@@ -77,7 +77,7 @@ class Campaign:
 
     def plan_of(self, v: VariantSpec) -> VariantPlan:
         """The variant's plan, with no suites (what keys and grid rows need)."""
-        p = Plan(custom=[], lmeval=[], base_checkpoint=self.cfg.model.path or Path())
+        p = Plan(suites=(), base_checkpoint=self.cfg.model.path or Path())
         return next(vp for vp in self.plans(p) if vp.name == v.name)
 
     def variant_key(self, v: VariantSpec, checkpoint_hash: str | None) -> str:
@@ -142,10 +142,11 @@ class Campaign:
                                cfg.executor.kind == "local") as data:
             p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
             plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
-            if p.lmeval:
+            if cfg.lmeval_suites():
                 check = data.result()
                 self.log(check.summary())
-                with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
+                p = with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
+                plans = self.plans(p)
         selected = self._selected(only)
         executor = make_executor(cfg.executor, max_seconds)
         executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written
@@ -236,7 +237,7 @@ class Campaign:
         # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, so read
         # the logprobs suites under the keys the run itself recorded (the texts are not needed to compare)
         ran = {s.suite: s.key for v in record.variants for s in v.suites}
-        p.logprobs[:] = [dataclasses.replace(s, key=ran.get(s.suite, s.key)) for s in p.logprobs]
+        p = dataclasses.replace(p, suites=tuple(s.rekeyed(ran) for s in p.suites))
         plans = self.plans(p)
         done = {v.name for v in record.variants}
         with ResultsStore(self.run_dir / "results.sqlite") as store:

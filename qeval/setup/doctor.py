@@ -380,10 +380,8 @@ def plan_check(cfg: Any, settings: Settings, config_file: str) -> str:
         p = plan(cfg, settings, config_file)
         data = check.result()
     dtype = campaign_dtype(cfg, settings, config_file)
-    line = (f"{len(cfg.all_variants())} variants, {len(p.custom)} custom suites, "
-            f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites; "
-            f"served in {dtype.dtype} ({dtype.reason})")
-    return line + (f"; {data.summary()}" if p.lmeval else "")
+    line = f"{len(cfg.all_variants())} variants, {p.tally()}; served in {dtype.dtype} ({dtype.reason})"
+    return line + (f"; {data.summary()}" if cfg.lmeval_suites() else "")
 
 
 # -- all of it -----------------------------------------------------------------------------------------------

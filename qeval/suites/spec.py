@@ -5,13 +5,19 @@ as a factory whose `Spec` is a ScorerSpec subclass."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from ..registry import Registry
 from ..specs import Kinded, Name, Strict
+
+if TYPE_CHECKING:
+    from ..policy import GatePolicy
+    from ..settings import Settings
+    from .base import Suite
 
 
 class GenerationSpec(Strict):
@@ -81,9 +87,17 @@ SUITES = Registry("suite kind", entry_point_group="qeval.suites")
 
 
 class SuiteRef(Kinded):
-    """A suite the campaign runs; `kind` picks its model."""
+    """A suite the campaign runs; `kind` picks its model. A plugin's kind overrides `resolve`."""
 
     kind: str
+    # "module:function" that makes the Suite (suites/base.py) a built-in entry names: named, not imported, so
+    # that reading a campaign file loads no suite's code
+    RESOLVER: ClassVar[str] = ""
+
+    def resolve(self, settings: "Settings", policy: "GatePolicy", config_file: str = "") -> "Suite":
+        """The suite this entry names, loaded and validated (bad input: ConfigError naming the file)."""
+        module, _, name = self.RESOLVER.partition(":")
+        return getattr(import_module(module), name)(self, settings, policy, config_file)
 
     @classmethod
     def model_for(cls, kind: str) -> type["SuiteRef"]:
@@ -95,6 +109,7 @@ class SuiteRef(Kinded):
 
 @SUITES.register("custom")
 class CustomSuiteRef(SuiteRef):
+    RESOLVER: ClassVar[str] = "qeval.suites.custom:resolve"
     kind: Literal["custom"]
     path: Path  # the suite's YAML descriptor
     concurrency: int = Field(8, gt=0, le=1024)  # requests in flight: enough to keep the server's batch full
@@ -102,6 +117,7 @@ class CustomSuiteRef(SuiteRef):
 
 @SUITES.register("lm_eval")
 class LmEvalSuiteRef(SuiteRef):
+    RESOLVER: ClassVar[str] = "qeval.suites.lmeval:resolve"
     kind: Literal["lm_eval"]
     tasks: list[str] = Field(min_length=1)
     include_path: Path | None = None  # local task YAMLs
@@ -118,6 +134,7 @@ class LmEvalSuiteRef(SuiteRef):
 class LogprobsSuiteRef(SuiteRef):
     """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline."""
 
+    RESOLVER: ClassVar[str] = "qeval.suites.logprobs:resolve"
     kind: Literal["logprobs"]
     name: Name = "corpus"
     # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":

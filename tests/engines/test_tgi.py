@@ -211,7 +211,7 @@ def test_campaign_compares_a_tgi_variant_on_kl_only(tmp_path):
     with ResultsStore(tmp_path / "results.sqlite") as store:
         store.put("kq", "lp", "q", suite.suite, cand)
         out = distribution(cfg, record, store, {"lp": base}, "q", "kq",
-                           Plan(custom=[], lmeval=[], base_checkpoint=tmp_path, logprobs=[suite]))
+                           Plan(suites=(suite,), base_checkpoint=tmp_path))
     assert [c.metric for c in out] == ["kl"]  # no top-1 agreement from actual-token-only records
     d = record.variants[1].distribution["logprobs/c"]
     assert d.kl_mean > 0 and d.top1_agreement is None and "TGI" in d.method
