@@ -198,14 +198,14 @@ def validate(config: Path) -> None:
         from .suites.preflight import lmeval_data_check
 
         settings = Settings.from_env()
-        with lmeval_data_check(cfg.lmeval_suites(), settings, str(config), cfg.executor.kind == "local") as check:
+        with lmeval_data_check(cfg.suites, settings, str(config), cfg.executor.kind == "local") as check:
             p = plan(cfg, settings, str(config))  # while lm-eval's tasks are built
             data = check.result()
     except QevalError as e:
         _fail(e)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
-    if cfg.lmeval_suites():
+    if check.needed:
         out.print(data.summary())
     if cfg.grid:
         g = cfg.grid

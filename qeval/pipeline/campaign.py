@@ -138,11 +138,11 @@ class Campaign:
         an earlier record of this campaign shows where the store still holds it whole (carry_over)."""
         cfg = self.cfg
         # a task whose data is not here is bad input now, not when lm-eval first runs; checked while planning
-        with lmeval_data_check(cfg.lmeval_suites(), self.settings, self.config_file,
+        with lmeval_data_check(cfg.suites, self.settings, self.config_file,
                                cfg.executor.kind == "local") as data:
             p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
             plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
-            if cfg.lmeval_suites():
+            if data.needed:
                 check = data.result()
                 self.log(check.summary())
                 p = with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
