@@ -198,16 +198,14 @@ def validate(config: Path) -> None:
         from .suites.preflight import lmeval_data_check
 
         settings = Settings.from_env()
-        with lmeval_data_check(cfg.lmeval_suites(), settings, str(config), cfg.executor.kind == "local") as check:
+        with lmeval_data_check(cfg.suites, settings, str(config), cfg.executor.kind == "local") as check:
             p = plan(cfg, settings, str(config))  # while lm-eval's tasks are built
             data = check.result()
     except QevalError as e:
         _fail(e)
-    n_items = sum(len(s.items) for s in p.custom)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
-    out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {len(p.custom)} custom suites ({n_items} items), "
-              f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites")
-    if p.lmeval:
+    out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
+    if check.needed:
         out.print(data.summary())
     if cfg.grid:
         g = cfg.grid

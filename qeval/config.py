@@ -273,9 +273,6 @@ class CampaignConfig(Strict):
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]
 
-    def lmeval_suites(self) -> list[LmEvalSuiteRef]:
-        return [s for s in self.suites if isinstance(s, LmEvalSuiteRef)]
-
     def grid_variants(self) -> list[VariantSpec]:
         """The variants the grid runs on: those it names, else every one qeval serves itself."""
         g = self.grid
@@ -326,13 +323,6 @@ def load_policy(path: Path) -> GatePolicy:
     return parse_model(GatePolicy, data, str(path), node)
 
 
-def _resolve_corpus(corpus: str, base: Path) -> str:
-    if corpus == "pydoc":
-        return corpus
-    prefix = "suite:" if corpus.startswith("suite:") else ""
-    return prefix + str(_resolve(Path(corpus.removeprefix(prefix)), base))
-
-
 def load_config(path: str | Path) -> CampaignConfig:
     """Read and validate a campaign file. Relative paths are taken from the file's folder."""
     path = Path(path)
@@ -342,10 +332,7 @@ def load_config(path: str | Path) -> CampaignConfig:
     cfg: CampaignConfig = parse_model(CampaignConfig, data, str(path), node)
     written = non_defaults(cfg)  # before any path is made absolute
     base = path.resolve().parent
-    suites = [s.model_copy(update={"path": _resolve(s.path, base)}) if isinstance(s, CustomSuiteRef)
-              else s.model_copy(update={"include_path": _resolve(s.include_path, base)}) if isinstance(s, LmEvalSuiteRef)
-              else s.model_copy(update={"corpus": _resolve_corpus(s.corpus, base)}) if isinstance(s, LogprobsSuiteRef)
-              else s for s in cfg.suites]
+    suites = [s.located(base) for s in cfg.suites]
     variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base), "recipe": _resolve_recipe(v.recipe, base)})
                 for v in cfg.variants]
     baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
@@ -375,11 +362,5 @@ def load_config(path: str | Path) -> CampaignConfig:
     if cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
         raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
     for s in cfg.suites:
-        if isinstance(s, LogprobsSuiteRef):
-            if s.corpus != "pydoc" and not Path(s.corpus.removeprefix("suite:")).is_file():
-                raise ConfigError(f"corpus {s.corpus} does not exist", file=str(path), where="suites: logprobs")
-            continue
-        target = s.path if isinstance(s, CustomSuiteRef) else getattr(s, "include_path", None)
-        if target is not None and not target.exists():
-            raise ConfigError(f"{target} does not exist", file=str(path), where=f"suites: {s.kind}")
+        s.check_files(str(path))
     return cfg

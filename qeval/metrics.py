@@ -21,6 +21,9 @@ class MetricSpec:
     binary: bool  # every item's score is 0 or 1 (a correct / wrong indicator)
     higher_is_better: bool | None  # None: the definition does not say (a gate rule must give `direction`)
     source: str = ""  # where it was declared, for error messages and the report
+    # the figure of disagreement its comparison gives the noise floor (verdict/noise.py: "mean KL", "top-1
+    # disagreement"); a 0/1 metric gives its flip rate undeclared, any other continuous score none
+    floor_figure: str | None = None
 
     def check(self, suite: str, metric: str, *arrays: "np.ndarray") -> None:
         """A metric declared 0/1 whose scores are not is a wrong declaration: an error, not a silent switch."""
@@ -31,8 +34,8 @@ class MetricSpec:
                              "other than 0 and 1")
 
 
-def continuous(higher_is_better: bool, source: str) -> MetricSpec:
-    return MetricSpec(binary=False, higher_is_better=higher_is_better, source=source)
+def continuous(higher_is_better: bool, source: str, floor_figure: str | None = None) -> MetricSpec:
+    return MetricSpec(binary=False, higher_is_better=higher_is_better, source=source, floor_figure=floor_figure)
 
 
 def indicator(source: str) -> MetricSpec:

@@ -60,7 +60,7 @@ def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None, re
     record = RunRecord(run_id="cut-0001", campaign=cfg.name, config_hash=cfg.config_hash(),
                        config=cfg.model_dump(mode="json"), config_file=str(config), command=["qeval", "run"],
                        started_at="2026-11-30T10:00:00+00:00")
-    capitals, arithmetic = p.custom
+    capitals, arithmetic = p.suites
     keys = {}
     with ResultsStore(camp.run_dir / "results.sqlite") as store:
         for v, suites in ((cfg.baseline, [(capitals, None), (arithmetic, None)]),

@@ -175,7 +175,7 @@ def test_within_is_no_more_than_the_floor_and_more_than_nothing():
           _c("b-aa", "logprobs/p", "kl", binary=False, mean=0.02),
           _c("b-aa", "logprobs/p", "top1", binary=False, mean=0.95),
           _c("b-aa", "custom/x", "len", binary=False, mean=3.0)]  # a continuous score: no disagreement figure
-    figures = floor_figures(aa)
+    figures = floor_figures(aa, {("logprobs/p", "kl"): "mean KL", ("logprobs/p", "top1"): "top-1 disagreement"})
     assert [(f.metric, f.figure, round(f.value, 6)) for f in figures] == [
         ("ok", "flip rate", 0.1), ("kl", "mean KL", 0.02), ("top1", "top-1 disagreement", 0.05)]
     variants = [_c("v1", "custom/x", "ok", binary=True, flip_rate=0.1),  # equal: within

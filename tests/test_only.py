@@ -46,7 +46,7 @@ def _earlier_run(root: Path, endpoint: str, w4_items: int | None = None):
     (root / "c.yaml").write_text(CAMPAIGN.format(endpoint=endpoint, suites=ROOT / "suites" / "custom"))
     cfg = load_config(root / "c.yaml")
     settings = Settings.from_env()
-    [capitals] = plan(cfg, settings, str(root / "c.yaml")).custom
+    [capitals] = plan(cfg, settings, str(root / "c.yaml")).suites
     camp = Campaign(cfg, settings, config_file=str(root / "c.yaml"))
     camp.run_dir.mkdir(parents=True)
     record = RunRecord(run_id="earlier", campaign=cfg.name, config_hash=cfg.config_hash(),

@@ -102,7 +102,7 @@ def _answered(log: str) -> list[int]:
 
 def test_the_plan_reads_the_campaign_without_serving(ran):
     p = campaign.plan(load_config(ran.config), ran.settings(), str(ran.config))
-    assert [s.name for s in p.custom] == ["capitals"] and p.base_checkpoint == ran.root / "ck" / "base"
+    assert [s.name for s in p.suites] == ["capitals"] and p.base_checkpoint == ran.root / "ck" / "base"
 
 
 def test_wrong_answers_pass_or_fail_as_the_statistics_say(ran):

@@ -163,7 +163,7 @@ def test_outcomes_come_in_plan_order_and_plans_and_outcomes_travel(tmp_path):
     plans = camp.plans(plan(cfg, settings, str(config)))
     plans = pickle.loads(pickle.dumps(plans))  # what another process or machine would receive
     assert [(p.name, p.role) for p in plans] == [("base", "baseline"), ("w3", "variant"), ("same", "variant")]
-    assert plans[1].suites.custom[0].scorers[0]("it is fact-3", "fact-3") == 1.0  # scorers rebuilt where it lands
+    assert plans[1].suites.suites[0].scorers[0]("it is fact-3", "fact-3") == 1.0  # scorers rebuilt where it lands
     begun = []
     with ResultsStore(tmp_path / "s.sqlite") as store, StoreSink(store, begun.append) as sink:
         outs = list(LocalExecutor().run(plans, tmp_path / "ws", sink, PlainReporter(lambda s: None)))
@@ -173,7 +173,7 @@ def test_outcomes_come_in_plan_order_and_plans_and_outcomes_travel(tmp_path):
         assert isinstance(out, VariantOutcome) and out == outs[1]
         # what it wrote is under its workspace, named relative to it; its records went through the sink only
         assert not Path(out.probe_path).is_absolute() and (tmp_path / "ws" / out.probe_path).is_file()
-        assert store.is_complete(out.key, plans[1].suites.custom[0].key)
+        assert store.is_complete(out.key, plans[1].suites.suites[0].key)
     assert not (tmp_path / "ws" / "run.json").exists()  # the driver writes the record, never a variant
 
 

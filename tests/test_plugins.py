@@ -18,6 +18,7 @@ from qeval.engines.registry import ENGINES
 from qeval.errors import ConfigError
 from qeval.settings import Settings
 from qeval.suites.scorers import SCORERS
+from qeval.suites.spec import SUITES
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
@@ -25,7 +26,7 @@ PLUGINS = Path(__file__).resolve().parent / "plugins"
 @pytest.fixture
 def plugin(monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGINS))
-    for registry in (ENGINES, SCORERS):  # what the entry points add is gone after the test
+    for registry in (ENGINES, SCORERS, SUITES):  # what the entry points add is gone after the test
         monkeypatch.setattr(registry, "_items", dict(registry._items))
 
 
@@ -46,7 +47,7 @@ def test_a_plugin_engine_and_scorer_are_named_validated_and_planned(plugin, tmp_
     cfg = load_config(f)
     assert type(cfg.engine).__name__ == "EchoSpec" and cfg.engine.answer == "4"
     p = plan(cfg, Settings(cache=tmp_path / "cache"), str(f))
-    (suite,) = p.custom
+    (suite,) = p.suites
     assert suite.scorers[0].name == "constant" and suite.scorers[0]("anything", "4") == 0.5
     v = cfg.variants[0]
     spec = _engine_spec(cfg, v)
@@ -78,3 +79,33 @@ def test_without_the_plugin_its_kind_is_unknown(tmp_path):
     f = workspace(tmp_path, {"kind": "echo"}, {"kind": "exact"})
     with pytest.raises(ConfigError, match=r"line 12: engine.kind: unknown engine 'echo'.* Known: external, fake, tgi"):
         load_config(f)
+
+
+def test_a_plugin_suite_kind_runs_and_is_gated_end_to_end(plugin, tmp_path):
+    """A suite kind a plugin registers (its SuiteRef resolves to its own Suite) is served, stored, paired
+    and gated like a built-in one: on the fake engine, baseline and variant, through the whole campaign."""
+    from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+    from qeval.pipeline import campaign
+    from qeval.store import ResultsStore
+
+    write_checkpoint(tmp_path / "ck" / "base", FakeEngineSpec())
+    write_checkpoint(tmp_path / "ck" / "q", FakeEngineSpec(model="other"))
+    cfg = {"name": "words", "model": {"path": "ck/base"}, "output_dir": "runs",
+           "baseline": {"name": "base", "method": "bf16"},
+           "variants": [{"name": "q", "method": "checkpoint", "checkpoint": "ck/q"}],
+           "engine": {"kind": "fake", "startup_timeout_s": 10},
+           "suites": [{"kind": "words", "n": 30, "words": 2}],
+           "gates": {"rules": [{"match": "words/*", "margin": 0.2}]}, "mlflow": {"enabled": False}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    result = campaign.run(load_config(tmp_path / "c.yaml"), Settings(cache=tmp_path / "cache", share_records=False),
+                          config_file=str(tmp_path / "c.yaml"))
+    record = result.record
+    (gate,) = [g for g in record.gates if g.suite == "words/w"]
+    assert gate.metric == "enough" and gate.variant == "q" and gate.verdict in ("PASS", "FAIL", "INCONCLUSIVE")
+    (c,) = [c for c in record.comparisons if c.suite == "words/w"]
+    assert c.n_paired == 30 and c.binary and c.primary
+    with ResultsStore(result.run_dir / "results.sqlite") as store:
+        for v in record.variants:
+            recs = store.records(v.key, "words:w:30:2")
+            assert len(recs) == 30 and all(r.scores["enough"] in (0.0, 1.0) for r in recs)
+    assert [s.suite for s in record.variants[0].suites] == ["words/w"]

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from qeval.config import CampaignConfig, EngineSpec, GridEngineSpec, GridSpec, ProbeSpec, VariantSpec
+from qeval.config import EngineSpec, GridEngineSpec, GridSpec, ProbeSpec, VariantSpec
 from qeval.engines import build_engine
 from qeval.engines.fake import write_checkpoint
-from qeval.pipeline.judge import distribution, load_probe
-from qeval.pipeline.plan import Plan
+from qeval.pipeline.judge import load_probe
 from qeval.pipeline.variant import VariantOutcome
 from qeval.probe.client import RequestResult, StepRun
 from qeval.probe.grid import GridRow, assemble, best_cell, cell_probe, matrix, table
@@ -25,7 +24,6 @@ from qeval.record import SCHEMA_VERSION, RunRecord, VariantResult
 from qeval.record_models import BaselineDistribution, Distribution, Grid, GridCell, Probe
 from qeval.report import html, markdown
 from qeval.settings import Settings
-from qeval.store import ResultsStore
 from qeval.suites.logprobs import LogprobsSuite, chunk_record
 from qeval.tracking.mlflow import grid_metrics, metric_name, probe_history, variant_metrics
 from tests.conftest import MARK, marked, wait_gone
@@ -179,19 +177,13 @@ def test_nan_figures_load_back(tmp_path):
     stored.write_text(json.dumps(ProbeResult(steps=[summarize("concurrency", 1, failed)], saturation_concurrency=None,
                                              max_concurrency_within_slo=None, requests=[]).to_json()))
     suite = LogprobsSuite(name="c", chunks=["t0", "t1"], top_k=2, key="lp")
-    cfg = CampaignConfig.model_validate({
-        "name": "t", "model": {"path": str(tmp_path)}, "output_dir": str(tmp_path),
-        "baseline": {"name": "base", "method": "external", "endpoint": "http://a:1"},
-        "variants": [{"name": "q", "method": "external", "endpoint": "http://b:1"}],
-        "suites": [{"kind": "logprobs", "name": "c"}]})
     rec = RunRecord(run_id="r", campaign="t", config_hash="h", config={}, config_file="", command=[],
                     started_at="now", variants=[VariantResult(name="base", method="external", role="baseline"),
                                                 VariantResult(name="q", method="external", role="variant")])
     base = [chunk_record(i, f"t{i}", 2, _lp(["a", "b", "c"])) for i in range(2)]
-    with ResultsStore(tmp_path / "results.sqlite") as store:
-        store.put("kq", "lp", "q", suite.suite, [chunk_record(i, f"t{i}", 2, _lp(["a", "z", "c"])) for i in range(2)])
-        distribution(cfg, rec, store, {"lp": base}, "q", "kq",
-                     Plan(custom=[], lmeval=[], base_checkpoint=tmp_path, logprobs=[suite]))
+    cand = [chunk_record(i, f"t{i}", 2, _lp(["a", "z", "c"])) for i in range(2)]
+    rec.variants[1].distribution["logprobs/c"], rec.variants[0].distribution["logprobs/c"] = \
+        suite.pair(suite.parts[0], base, cand).distribution
     assert load_probe(rec.variants[1], stored)
     d, b = rec.variants[1].distribution["logprobs/c"], rec.variants[0].distribution["logprobs/c"]
     assert isinstance(d, Distribution) and isinstance(b, BaselineDistribution)

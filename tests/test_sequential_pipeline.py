@@ -208,4 +208,4 @@ def test_a_pending_reference_is_waited_for_once_after_the_engine_is_up(tmp_path)
         assert out.status == "ok" and len(calls) == 1
         assert any("engine up" in ln for ln in lines[:calls[0]]), lines  # served before it waited
         assert sorted(len(_by_suite) for _by_suite in [
-            [r for r in store.records(out.key, sk.key)] for sk in bad.suites.suite_keys()]) == [100, 100]
+            [r for r in store.records(out.key, sk.key)] for sk in bad.suites.parts()]) == [100, 100]

@@ -60,7 +60,7 @@ def test_a_second_campaign_of_another_name_serves_nothing_it_finds_in_the_shared
     # the first campaign stored both variants' suites; its sink copied each whole suite to the shared store
     first, first_file = _campaign(tmp_path, "first", "bf16")
     settings = Settings(cache=tmp_path / "cache", records=shared)
-    [capitals] = plan(first, settings, first_file).custom
+    [capitals] = plan(first, settings, first_file).suites
     camp = Campaign(first, settings, config_file=first_file)
     with ResultsStore(camp.run_dir / "results.sqlite") as store, StoreSink(store, shared=shared) as sink:
         for v, wrong in ((first.baseline, ()), (first.variants[0], {capitals.items[0].id})):
@@ -84,7 +84,7 @@ def test_sharing_off_serves_again(tmp_path):
     shared = tmp_path / "shared.sqlite"
     first, first_file = _campaign(tmp_path, "first", "bf16")
     settings = Settings(cache=tmp_path / "cache", records=shared)
-    [capitals] = plan(first, settings, first_file).custom
+    [capitals] = plan(first, settings, first_file).suites
     key = Campaign(first, settings).variant_key(first.baseline, tree_hash(first.model.path))
     with ResultsStore(shared) as s:
         s.put(key, capitals.key, "bf16", "custom/capitals", _recs(capitals.items))

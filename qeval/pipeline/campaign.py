@@ -83,7 +83,7 @@ class Campaign:
 
     def plan_of(self, v: VariantSpec) -> VariantPlan:
         """The variant's plan, with no suites (what keys and grid rows need)."""
-        p = Plan(custom=[], lmeval=[], base_checkpoint=self.cfg.model.path or Path())
+        p = Plan(suites=(), base_checkpoint=self.cfg.model.path or Path())
         return next(vp for vp in self.plans(p) if vp.name == v.name)
 
     def variant_key(self, v: VariantSpec, checkpoint_hash: str | None) -> str:
@@ -144,14 +144,15 @@ class Campaign:
         an earlier record of this campaign shows where the store still holds it whole (carry_over)."""
         cfg = self.cfg
         # a task whose data is not here is bad input now, not when lm-eval first runs; checked while planning
-        with lmeval_data_check(cfg.lmeval_suites(), self.settings, self.config_file,
+        with lmeval_data_check(cfg.suites, self.settings, self.config_file,
                                cfg.executor.kind == "local") as data:
             p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
             plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
-            if p.lmeval:
+            if data.needed:
                 check = data.result()
                 self.log(check.summary())
-                with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
+                p = with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
+                plans = self.plans(p)
         selected = self._selected(only)
         executor = make_executor(cfg.executor, max_seconds)
         executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written
@@ -242,7 +243,7 @@ class Campaign:
         # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, so read
         # the logprobs suites under the keys the run itself recorded (the texts are not needed to compare)
         ran = {s.suite: s.key for v in record.variants for s in v.suites}
-        p.logprobs[:] = [dataclasses.replace(s, key=ran.get(s.suite, s.key)) for s in p.logprobs]
+        p = dataclasses.replace(p, suites=tuple(s.rekeyed(ran) for s in p.suites))
         plans = self.plans(p)
         done = {v.name for v in record.variants}
         with ResultsStore(self.run_dir / "results.sqlite") as store:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from ..store import Record
 
 if TYPE_CHECKING:
+    from ..suites.base import Part
     from ..verdict.sequential import SuiteLook
-    from .plan import SuiteKey, VariantPlan
+    from .plan import VariantPlan
     from .sink import RecordSink
 
 
@@ -29,7 +30,7 @@ class Reference:
 
     @classmethod
     def read(cls, sink: "RecordSink", key: str, plan: "VariantPlan") -> "Reference":
-        return cls(key, {sk.key: tuple(sink.records(key, sk.key)) for sk in plan.suites.suite_keys()})
+        return cls(key, {part.key: tuple(sink.records(key, part.key)) for part in plan.suites.parts()})
 
 
 # the baseline's records still to come: called once, when a variant first needs them (the ray executor's)
@@ -40,15 +41,6 @@ def batches(order: Sequence[str], pauses: Sequence[int]) -> list[list[str]]:
     """The order cut at each pause: what is evaluated before each look."""
     edges = [0, *pauses]
     return [list(order[a:b]) for a, b in zip(edges, edges[1:]) if b > a]
-
-
-def lmeval_cuts(seed: int, sk: "SuiteKey", pauses: Sequence[int], n: int) -> list[list[int]]:
-    """An lm-eval task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call.
-    Fixed at plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
-    from ..verdict.sequential import suite_order
-
-    order, _ = suite_order([str(i) for i in range(n)], [None] * n, seed, sk.key)
-    return [[int(i) for i in b] for b in batches(order, pauses)]
 
 
 class Monitor:
@@ -81,7 +73,7 @@ class Monitor:
         return self._wants and self.reference is not None
 
     # -- which suites run, and in which batches ------------------------------------------------
-    def skip(self, sk: "SuiteKey") -> bool:
+    def skip(self, sk: "Part") -> bool:
         """Whether this suite is skipped: a gate has already failed the variant (stop_variant_on_fail)."""
         if not (self.on and self.policy.stop_variant_on_fail and self.failed):
             return False
@@ -90,7 +82,7 @@ class Monitor:
             self.log(f"[{self.plan.name}] {sk.suite}: {self.not_run[sk.suite]}")
         return True
 
-    def batches(self, sk: "SuiteKey", ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
+    def batches(self, sk: "Part", ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
         """The suite's items cut at the looks of its sequential gates; None: no sequential gate reads it."""
         from ..verdict.rules import gated_metrics
         from ..verdict.sequential import pauses, suite_order
@@ -103,30 +95,33 @@ class Monitor:
         cut = pauses(self.policy, rules, order_groups, len(order))
         return batches(order, cut) if cut else None
 
-    def _metrics(self, sk: "SuiteKey") -> list[str]:
-        if sk.suite.startswith("logprobs/"):
-            return ["kl", "top1"]
+    def _metrics(self, sk: "Part") -> list[str]:
+        if sk.gated is not None:
+            return list(sk.gated)
         base = self.reference.records.get(sk.key, ()) if self.reference else ()
         return sorted(base[0].scores) if base else []
 
     @staticmethod
-    def _primary(sk: "SuiteKey") -> str | None:
-        return "kl" if sk.suite.startswith("logprobs/") else sk.primary
+    def _primary(sk: "Part") -> str | None:
+        return sk.gate_metric
 
     # -- looking ---------------------------------------------------------------------------------
-    def _compare(self, sk: "SuiteKey") -> tuple[list, dict, "SuiteLook | None"]:
-        from .judge import chunk_comparisons, itemwise_comparisons
+    def _compare(self, sk: "Part") -> tuple[list, dict, "SuiteLook | None"]:
+        """The part's comparisons so far, its sequential results, and the look of the view its gates read."""
+        from .judge import judge_view
 
         base = list(self.reference.records.get(sk.key, ()))
         cand = self.sink.records(self.vkey, sk.key)
         if not base or not cand:
             return [], {}, None
-        if sk.suite.startswith("logprobs/"):
-            lp = next(s for s in self.plan.suites.logprobs if s.key == sk.key)
-            return chunk_comparisons(self.policy, self.plan.seed, self.plan.name, lp, base, cand)
-        return itemwise_comparisons(self.policy, self.plan.seed, self.plan.name, sk, base, cand)
+        comparisons, sequential, look = [], {}, None
+        for view in self.plan.suites.suite_of(sk).pair(sk, base, cand).views:
+            comps, seq, seen = judge_view(self.policy, self.plan.seed, self.plan.name, sk, view)
+            comparisons, look = comparisons + comps, seen or look
+            sequential.update(seq)
+        return comparisons, sequential, look
 
-    def look(self, sk: "SuiteKey") -> bool:
+    def look(self, sk: "Part") -> bool:
         """At a pause: True when the suite may stop (every gate of it decided, or one failed the variant
         under stop_variant_on_fail)."""
         if not self.on:
@@ -146,7 +141,7 @@ class Monitor:
             return True
         return False
 
-    def finished(self, sk: "SuiteKey") -> None:
+    def finished(self, sk: "Part") -> None:
         """A suite ran to its end: with stop_variant_on_fail, its gates (fixed n now final) may fail the variant."""
         from ..verdict.gates import evaluate
 
@@ -163,7 +158,7 @@ class Monitor:
         """Whether the suites already stored have failed the variant (a rerun then serves nothing more)."""
         if not (self._wants and self.policy.stop_variant_on_fail):
             return False
-        stored = [sk for sk in self.plan.suites.suite_keys() if self.sink.is_complete(self.vkey, sk.key)]
+        stored = [sk for sk in self.plan.suites.parts() if self.sink.is_complete(self.vkey, sk.key)]
         if not stored or not self.on:  # nothing stored: no need to wait for a pending reference
             return False
         for sk in stored:

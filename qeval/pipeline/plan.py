@@ -7,50 +7,42 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import Mapping
 
-from ..config import CampaignConfig, CustomSuiteRef, EngineSpec, GridSpec, ProbeSpec, VariantSpec
+from ..config import CampaignConfig, EngineSpec, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
 from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
 from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import key_hash
-from ..metrics import MetricSpec
 from ..methods import WEIGHT_ONLY
 from ..settings import Settings
 from ..specs import non_defaults
-from ..suites.custom import CustomSuite, load_suite
-from ..suites.lmeval import LmEvalTask, resolve_tasks
-from ..suites.logprobs import LogprobsSuite, load_logprobs_suite
+from ..suites.base import Part, Suite, tally_text
 from ..verdict.noise import SUFFIX as NOISE_SUFFIX
 from ..verdict.policy import GatePolicy
 
 UNQUANTIZED = ("bf16", "fp16", "fp8-online")  # served from the base checkpoint as it is
 
 
-class SuiteKey(NamedTuple):
-    suite: str  # "custom/<name>", "lm_eval/<task>", "logprobs/<name>"
-    key: str  # the store's key for it
-    primary: str | None  # the metric its gate reads (None: the first)
-    metrics: Mapping[str, MetricSpec]  # what each metric is, as the suite declares it
-
-
 @dataclass(frozen=True)
 class Plan:
     """What a campaign evaluates, resolved and validated before any engine starts: the same for every variant."""
 
-    custom: list[CustomSuite]
-    lmeval: list[tuple[object, list[LmEvalTask]]]  # (LmEvalSuiteRef, tasks)
+    suites: tuple[Suite, ...]  # in the campaign file's order
     base_checkpoint: Path
-    logprobs: list[LogprobsSuite] = field(default_factory=list)
-    concurrency: dict[str, int] = field(default_factory=dict)  # per custom suite key
 
-    def suite_keys(self) -> list[SuiteKey]:
-        return ([SuiteKey(f"custom/{s.name}", s.key, s.primary, s.metrics()) for s in self.custom]
-                + [SuiteKey(f"lm_eval/{t.name}", t.key, None, t.metrics) for _, ts in self.lmeval for t in ts]
-                + [SuiteKey(s.suite, s.key, "nll", s.metrics()) for s in self.logprobs])
+    def parts(self) -> list[Part]:
+        """What is stored, paired and gated as one (suites/base.py), suite by suite."""
+        return [part for s in self.suites for part in s.parts]
+
+    def suite_of(self, part: Part) -> Suite:
+        return next(s for s in self.suites if part in s.parts)
+
+    def tally(self) -> str:
+        return tally_text(self.suites)
 
 
 @dataclass(frozen=True)
@@ -221,10 +213,6 @@ def _check_variants(cfg: CampaignConfig, config_file: str) -> None:
         if not caps.starts_server and v.method != "external":
             raise ConfigError(f"qeval starts no {_label(kind)} server; give a running one as method: external with "
                               f"its endpoint (and engine: {{kind: {kind}}})", file=config_file, where=where)
-        if not caps.token_prompts and any(s.kind == "lm_eval" for s in cfg.suites):
-            raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
-                              f"logprobs; {_label(kind)} serves neither (use custom and logprobs suites)",
-                              file=config_file, where=where)
 
 
 def _check_quantizer_inputs(cfg: CampaignConfig, settings: Settings, config_file: str) -> None:
@@ -264,10 +252,14 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Set
     """What each variant's engine cannot serve, as the engine declares it, is bad input found before any start."""
     for v in cfg.all_variants():
         spec = engine_spec(cfg, v)
-        where = f"variant {v.name}: engine.kind"
-        if _caps(spec.kind).prompt_logprobs is None:
+        where, caps = f"variant {v.name}: engine.kind", _caps(spec.kind)
+        if not caps.token_prompts and any(part.needs_token_prompts for part in p.parts()):
+            raise ConfigError("lm-eval's local-completions sends token ids and asks /v1/completions for prompt "
+                              f"logprobs; {_label(spec.kind)} serves neither (use custom and logprobs suites)",
+                              file=config_file, where=where)
+        if caps.prompt_logprobs is None:
             # its completions return logprobs of generated tokens only: these would be scored wrong
-            wrong = [t.name for _, ts in p.lmeval for t in ts if t.needs_prompt_logprobs] + [s.suite for s in p.logprobs]
+            wrong = [part.suite for part in p.parts() if part.needs_prompt_logprobs]
             if wrong:
                 raise ConfigError(f"{_label(spec.kind)}'s server returns no prompt logprobs, so {wrong} cannot be "
                                   "scored against it; keep generate_until tasks and custom suites for this variant",
@@ -278,32 +270,12 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Set
             raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
 
-def _batched(cfg: CampaignConfig, ref, tasks: list[LmEvalTask], config_file: str) -> list[LmEvalTask]:
-    """Each task a sequential gate reads, cut at its looks (those of every rule that gates one of its
-    metrics); lm-eval then runs it in those batches, for the baseline as for every variant. The docs they
-    cut are counted by the data pre-flight (with_doc_counts)."""
-    from ..verdict.rules import rule_for
+def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> Plan:
+    """The plan with the docs each batched lm-eval task's data has (the pre-flight's count): a task with fewer
+    docs than its limit is cut over the docs it has."""
+    from ..suites.lmeval import counted
 
-    policy, out = cfg.gates, []
-    for t in tasks:
-        specs = {(seq.look_every, seq.min_items) for m in t.metrics
-                 if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
-                 and (seq := policy.sequential_of(r)) is not None}
-        if not specs:
-            out.append(t)
-            continue
-        if ref.limit is None:
-            raise ConfigError(f"lm-eval task {t.name}: a sequential gate reads it, which needs the suite's `limit` "
-                              "(the docs the looks are planned over)", file=config_file, where="suites: lm_eval.limit")
-        out.append(t.in_batches(tuple(sorted(specs))))
-    return out
-
-
-def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> None:
-    """The docs each batched task's data has (the pre-flight's count, by unbatched key), into the plan: a
-    task with fewer docs than its limit is cut over the docs it has."""
-    p.lmeval[:] = [(ref, [dataclasses.replace(t, n_docs=n_docs.get(t.unbatched_key)) if t.looks else t for t in ts])
-                   for ref, ts in p.lmeval]
+    return dataclasses.replace(p, suites=counted(p.suites, n_docs))
 
 
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
@@ -312,21 +284,16 @@ def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
     from ..verdict.rules import gated_metrics
 
     policy = cfg.gates
-    grouped = {f"custom/{s.name}" for s in p.custom if any(it.group is not None for it in s.items)}
-    for sk in p.suite_keys():
-        if sk.suite.startswith("lm_eval/"):  # its primary metric is known from its records; the named ones now
-            names = [m for m, spec in sk.metrics.items() if spec.source.startswith("task ")]
-        else:
-            names = ["kl", "top1"] if sk.suite.startswith("logprobs/") else list(sk.metrics)
-        primary = "kl" if sk.suite.startswith("logprobs/") else sk.primary
-        for m, rule in gated_metrics(policy, sk.suite, names, primary) if names else []:
+    for part in p.parts():
+        names = list(part.planned)
+        for m, rule in gated_metrics(policy, part.suite, names, part.gate_metric) if names else []:
             seq = policy.sequential_of(rule)
             if seq is None or seq.method != "betting":
                 continue
-            why = ("its items carry groups" if sk.suite in grouped else
-                   None if sk.metrics.get(m) is not None and sk.metrics[m].binary else "its scores are not 0/1")
+            why = ("its items carry groups" if part.grouped else
+                   None if part.metrics.get(m) is not None and part.metrics[m].binary else "its scores are not 0/1")
             if why:
-                raise ConfigError(f"{sk.suite}/{m}: the betting sequence cannot gate it ({why}); use method gsd",
+                raise ConfigError(f"{part.suite}/{m}: the betting sequence cannot gate it ({why}); use method gsd",
                                   file=config_file, where=f"gates: rule {rule.match!r}: sequential.method")
 
 
@@ -335,15 +302,10 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
     then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
     _check_variants(cfg, config_file)
     _check_quantizer_inputs(cfg, settings, config_file)
-    refs = [s for s in cfg.suites if isinstance(s, CustomSuiteRef)]
-    custom = [load_suite(s.path) for s in refs]
-    logprobs = [load_logprobs_suite(s, config_file) for s in cfg.suites if s.kind == "logprobs"]
-    lmeval = [(s, _batched(cfg, s, resolve_tasks(s, settings.data, config_file), config_file))
-              for s in cfg.suites if s.kind == "lm_eval"]
+    suites = tuple(ref.resolve(settings, cfg.gates, config_file) for ref in cfg.suites)
     base = base_checkpoint(cfg, settings)
     _check_groups(cfg, base, config_file)
-    p = Plan(custom=custom, lmeval=lmeval, base_checkpoint=base, logprobs=logprobs,
-             concurrency={s.key: r.concurrency for s, r in zip(custom, refs)})
+    p = Plan(suites=suites, base_checkpoint=base)
     _check_engines(cfg, p, config_file, settings)
     _check_sequential(cfg, p, config_file)
     return p
@@ -378,9 +340,5 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
 
 
 def suite_concurrency(suites: Plan) -> dict[str, int]:
-    """Each suite's requests in flight, as its campaign entry sets them (the noise floor runs them under another)."""
-    from ..suites.logprobs import CONCURRENCY as LOGPROBS_CONCURRENCY
-
-    out = {f"custom/{s.name}": suites.concurrency.get(s.key, 8) for s in suites.custom}
-    out |= {f"lm_eval/{t.name}": ref.num_concurrent for ref, ts in suites.lmeval for t in ts}
-    return out | {s.suite: LOGPROBS_CONCURRENCY for s in suites.logprobs}
+    """Each part's requests in flight, as its campaign entry sets them (the noise floor runs them under another)."""
+    return {part.suite: s.concurrency for s in suites.suites for part in s.parts}

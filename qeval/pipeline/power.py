@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from .plan import Plan
 from ..config import CampaignConfig
@@ -34,49 +33,19 @@ class SuitePlan:
         return self.mde_assumed <= self.rule.margin
 
 
-def _lmeval_primary(include: Path | None, task: str) -> str:
-    if include is not None:
-        for p in include.glob("*.yaml"):
-            spec = yaml.safe_load(p.read_text()) or {}
-            if spec.get("task") == task and spec.get("metric_list"):
-                return spec["metric_list"][0]["metric"]
-    return "acc"
-
-
-def _rows(data_dir: Path, include: Path | None, task: str) -> int | None:
-    if include is None:
-        return None
-    for p in include.glob("*.yaml"):
-        spec = yaml.safe_load(p.read_text()) or {}
-        if spec.get("task") == task:
-            files = (spec.get("dataset_kwargs") or {}).get("data_files") or {}
-            f = Path(str(files.get(spec.get("test_split", "test"), "")).replace("{qeval_data}", str(data_dir)))
-            if f.is_file():
-                return sum(1 for line in f.read_text().splitlines() if line.strip())
-    return None
-
-
 def plan_power(cfg: CampaignConfig, p: Plan, data_dir: Path, flip_rate: float | None = None) -> list[SuitePlan]:
     """Planning sigma: sqrt(flip rate) (a 0/1 difference with that discordance has at most that variance),
     the flip rate being the gate rule's planning_flip_rate unless overridden; and the no-pilot worst
     case, sqrt(0.5). The gates use the same design figure after the run."""
-    entries: list[tuple[str, str, int]] = [(f"custom/{s.name}", s.primary, len(s.items)) for s in p.custom]
-    group_sizes = {f"custom/{s.name}": np.unique([i.group for i in s.items], return_counts=True)[1]
-                   for s in p.custom if s.items and all(i.group is not None for i in s.items)}
-    for ref, tasks in p.lmeval:
-        for t in tasks:
-            rows = _rows(data_dir, ref.include_path, t.name)
-            n = min(x for x in (rows, ref.limit) if x is not None) if (rows or ref.limit) else 0
-            entries.append((f"lm_eval/{t.name}", _lmeval_primary(ref.include_path, t.name), n))
     out = []
-    for suite, metric, n in entries:
+    for suite, metric, n, groups in (e for s in p.suites for e in s.sizes(data_dir)):
         rule = rule_for(cfg.gates, suite, metric) or GateRule()
         worst = mde(n, math.sqrt(BINARY_PLANNING_VAR), rule.alpha, rule.beta).mde
         rate = flip_rate if flip_rate is not None else rule.planning_flip_rate
         assumed = mde(n, math.sqrt(rate), rule.alpha, rule.beta).mde
         note = f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}"
         needed = n_required(rule.margin, math.sqrt(rate), rule.alpha, rule.beta, binary=True)
-        sizes = group_sizes.get(suite)
+        sizes = np.unique(groups, return_counts=True)[1] if groups else None
         if sizes is not None and len(sizes) > 1 and rule.planning_icc is not None:
             # items in groups: the same plan counted in groups, as the gate will (design effect, G - 1 df)
             deff, df = design_effect(sizes, rule.planning_icc), len(sizes) - 1

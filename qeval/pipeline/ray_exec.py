@@ -422,7 +422,7 @@ class RayExecutor:
                 sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
             elif isinstance(msg, Complete):
                 sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
-                if name == base.name and all(sink.is_complete(msg.vkey, k.key) for k in base.suites.suite_keys()):
+                if name == base.name and all(sink.is_complete(msg.vkey, k.key) for k in base.suites.parts()):
                     give_reference(msg.vkey)
             elif isinstance(msg, Files):
                 unpack(msg.files, workspace)

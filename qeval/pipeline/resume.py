@@ -50,7 +50,7 @@ def carry_over(plan: VariantPlan, earlier: dict | None, store: ResultsStore, run
     # an endpoint someone else runs has no dtype of ours; records before dtypes were kept: the model's
     if plan.dtype is not None and (res.dtype or earlier["dtype"]) != plan.dtype.dtype or not res.key:
         return None
-    if any(not store.is_complete(res.key, k.key) for k in plan.suites.suite_keys()):
+    if any(not store.is_complete(res.key, k.key) for k in plan.suites.parts()):
         return None
     if plan.probe is not None and not load_probe(res, run_dir / plan.probe_path(res.key)):
         return None
@@ -65,7 +65,7 @@ def describe_partial(store: ResultsStore, res: VariantResult, plan: VariantPlan,
     if plan.probe is not None:
         load_probe(res, run_dir / plan.probe_path(res.key))
     done = {s.suite for s in res.suites}
-    missing = [k.suite for k in p.suite_keys() if k.suite not in done]
+    missing = [k.suite for k in p.parts() if k.suite not in done]
     missing += ["latency probe"] if plan.probe is not None and res.probe is None else []
     res.error = (f"cut while being evaluated: {len(done)} finished suite(s) compared, verdict NOT_EVALUATED; "
                  f"missing: {', '.join(missing) or 'nothing'}; {STILL_TO_RESUME}")

@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ..engines import Engine, build_engine
 from ..engines.process import INTERRUPT_GRACE_S
@@ -25,8 +25,9 @@ from ..quantize.base import DEFAULT_QUANTIZER
 from ..quantize.describe import describe_checkpoint
 from ..store import Record
 from .leases import Guard, unguarded
-from .monitor import Monitor, Pending, Reference, lmeval_cuts
-from .plan import UNQUANTIZED, SuiteKey, VariantPlan, variant_key
+from ..suites.base import Part
+from .monitor import Monitor, Pending, Reference
+from .plan import UNQUANTIZED, VariantPlan, variant_key
 from .sink import RecordSink
 
 
@@ -124,14 +125,14 @@ class _Run:
     def todo(self, vkey: str, rows: list) -> bool:
         p = self.plan
         self.monitor = Monitor(p, self.reference, self.sink, vkey, self.log)
-        for k in p.suites.suite_keys():  # whole suites another campaign stored under the same keys
+        for k in p.suites.parts():  # whole suites another campaign stored under the same keys
             if not self.sink.is_complete(vkey, k.key) and (n := self.sink.reuse(vkey, k.key, self.v.name, k.suite)):
                 self.reused[k.suite] = n
                 self.log(f"[{self.v.name}] {k.suite}: {n} records reused from the shared store (same checkpoint, "
                          "engine, dtype and suite): not served again")
         probe_missing = p.probe is not None and not (self.ws / p.probe_path(vkey)).exists()
         grid_missing = any(r.on_server and not r.path.exists() for r in rows)  # they need the evaluation's server
-        missing = [k for k in p.suites.suite_keys() if not self.sink.is_complete(vkey, k.key)]
+        missing = [k for k in p.suites.parts() if not self.sink.is_complete(vkey, k.key)]
         if missing and self.monitor.failed_already():  # a rerun: the stored suites failed it, the rest stay skipped
             missing = [k for k in missing if not self.monitor.skip(k)]
         return probe_missing or grid_missing or bool(missing)
@@ -158,35 +159,6 @@ class _Run:
                 self.log(f"[{v.name}] engine failed ({str(e).splitlines()[0]}); restart {attempt + 1} of "
                          f"{p.engine.max_restarts}, resuming from the store")
                 self.facts["restarts"] += 1
-
-    def _itemwise(self, vkey: str, sk: SuiteKey, items: list[tuple[str, str | None]],
-                  run: Callable[[set[str], Callable[[list[Record]], None]], int], note: str = "") -> None:
-        """Run one per-item suite: skip what is stored, store each record as it arrives, mark it done.
-        With sequential gates, in the seeded order, a batch per look, until every gate of it is decided."""
-        key, monitor = sk.key, self.monitor
-        if self.sink.is_complete(vkey, key) or monitor.skip(sk):
-            return
-        done = self.sink.done_ids(vkey, key)
-        ids = [i for i, _ in items]
-        cuts = monitor.batches(sk, ids, [g for _, g in items]) or [ids]
-        with self.reporter.step(f"[{self.v.name}] {sk.suite}{note}", total=len(items)) as advance:
-            advance(len(done))
-
-            def put(recs: list[Record]) -> None:
-                self.sink.put(vkey, key, self.v.name, sk.suite, recs)
-                advance(len(recs))
-
-            evaluated: set[str] = set(done)
-            for batch in cuts:
-                want = set(batch) - evaluated
-                if want:
-                    run(set(ids) - want, put)  # the runner skips what it is told is done: all but this batch
-                    evaluated |= want
-                if len(cuts) > 1 and monitor.look(sk):
-                    break
-        # a suite its gates stopped is complete at the items it used: a rerun does not serve it again
-        self.sink.mark_complete(vkey, key, len(items) if evaluated >= set(ids) else len(evaluated & set(ids)))
-        monitor.finished(sk)
 
     def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
         p, v = self.plan, self.v
@@ -216,28 +188,18 @@ class _Run:
 
     def _suites(self, engine, endpoint, vkey: str) -> None:
         """Every suite the store lacks, on the running engine; then what the engine holds in memory."""
-        from ..suites.custom import run_custom
-        from ..suites.logprobs import CONCURRENCY as LOGPROBS_CONCURRENCY, run_logprobs
-
-        p, v, s = self.plan, self.v, self.plan.suites
+        p = self.plan
         t_eval = time.monotonic()
-        timeout, backoff = p.engine.request_timeout_s, p.engine.retry_backoff_s
-        keys = {k.key: k for k in s.suite_keys()}
-        for suite in s.custom:
-            self._itemwise(vkey, keys[suite.key], [(it.id, it.group) for it in suite.items],
-                           lambda done, put, c=suite: run_custom(c, endpoint, done, put, timeout_s=timeout,
-                                                                 concurrency=p.concurrency or s.concurrency.get(c.key, 8),
-                                                                 retry_backoff_s=backoff))
-        for lp in s.logprobs:
-            self._itemwise(vkey, keys[lp.key], [(f"{i:04d}", None) for i in range(len(lp.chunks))],
-                           lambda done, put, c=lp: run_logprobs(c, endpoint, done, put, timeout_s=timeout,
-                                                                retry_backoff_s=backoff,
-                                                                concurrency=p.concurrency or LOGPROBS_CONCURRENCY),
-                           note=" (prompt logprobs)")
-        for ref, tasks in s.lmeval:
-            if p.concurrency:  # the noise floor's batch shape
-                ref = ref.model_copy(update={"num_concurrent": p.concurrency})
-            self._lmeval(ref, [t for t in tasks if not self.sink.is_complete(vkey, t.key)], endpoint, vkey, keys)
+        run = _SuiteRun(endpoint=endpoint, variant=self.v.name, seed=p.seed, settings=p.settings,
+                        timeout_s=p.engine.request_timeout_s, retry_backoff_s=p.engine.retry_backoff_s,
+                        concurrency=p.concurrency, logs=self.logs,
+                        # lm-eval's request cache answers a request it has seen whatever now serves it: one
+                        # folder per checkpoint (the variant's key), so a variant re-made under its name is asked
+                        # again, and a resumed one is not
+                        work=self.ws / "work" / self.v.name / vkey.replace(":", "-"),
+                        vkey=vkey, sink=self.sink, monitor=self.monitor, reporter=self.reporter)
+        for suite in p.suites.suites:
+            suite.run(run)
         self.facts["eval_seconds"] = round(time.monotonic() - t_eval, 1)
         mem = engine.memory()
         on_gpu = getattr(p.engine, "device", None) == "gpu" and not p.external
@@ -245,56 +207,6 @@ class _Run:
                           engine_rss_bytes=mem.rss_bytes, engine_gpu_bytes=mem.gpu_bytes,
                           model_memory_bytes=mem.model_bytes, kv_cache_bytes=mem.kv_cache_bytes,
                           kv_cache_tokens=mem.kv_cache_tokens)
-
-    def _lmeval(self, ref, todo: list, endpoint, vkey: str, keys: dict[str, SuiteKey]) -> None:
-        """lm-eval's tasks in one process; a task with sequential gates in its batches (lm-eval's --samples,
-        the same calls for the baseline and every variant, so that few-shot prompts match), one process per
-        batch, until its gates are decided."""
-        from ..suites.lmeval import run_lmeval
-
-        v, p, monitor = self.v, self.plan, self.monitor
-        todo = [t for t in todo if not monitor.skip(keys[t.key])]
-        if not todo:
-            return
-        cuts = {t.name: lmeval_cuts(p.seed, keys[t.key], t.batches, t.planned_docs) if t.batches else None
-                for t in todo}
-        used: dict[str, set[str]] = {t.name: set(self.sink.done_ids(vkey, t.key)) for t in todo}
-
-        def task_sink(t, recs: list[Record]) -> None:
-            self.sink.put(vkey, t.key, v.name, f"lm_eval/{t.name}", recs)
-            used[t.name] |= {r.item_id for r in recs}
-            if cuts[t.name] is None:
-                self.sink.mark_complete(vkey, t.key, len(recs))
-
-        # lm-eval's request cache answers a request it has seen whatever now serves it: one folder per checkpoint
-        # (the variant's key), so a variant re-made under its name is asked again, and a resumed one is not
-        work = self.ws / "work" / v.name / vkey.replace(":", "-")
-        plain = [t for t in todo if cuts[t.name] is None]
-        if plain:
-            with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in plain)}"):
-                run_lmeval(ref, plain, endpoint, p.settings.vllm, p.settings.data, work, task_sink,
-                           self.logs / f"lmeval-{v.name}.log")
-            for t in plain:
-                monitor.finished(keys[t.key])
-        going = [t for t in todo if cuts[t.name] is not None]
-        for k in range(max((len(cuts[t.name]) for t in going), default=0)):
-            if monitor.failed and p.gates.stop_variant_on_fail:
-                going = [t for t in going if not monitor.skip(keys[t.key])]
-            samples = {t.name: sorted(i for i in cuts[t.name][k] if str(i) not in used[t.name])
-                       for t in going if k < len(cuts[t.name])}
-            batch = [t for t in going if samples.get(t.name)]
-            if batch:
-                with self.reporter.step(f"[{v.name}] lm-eval {', '.join(t.name for t in batch)} (batch {k + 1})"):
-                    run_lmeval(ref, batch, endpoint, p.settings.vllm, p.settings.data,
-                               work / f"batch-{k + 1}", task_sink,
-                               self.logs / f"lmeval-{v.name}-batch-{k + 1}.log",
-                               samples={t.name: samples[t.name] for t in batch})
-            for t in [t for t in going if k < len(cuts[t.name])]:
-                last = k == len(cuts[t.name]) - 1
-                if last or monitor.look(keys[t.key]):
-                    self.sink.mark_complete(vkey, t.key, len(used[t.name]))
-                    monitor.finished(keys[t.key])
-                    going.remove(t)
 
     # -- latency ----------------------------------------------------------------------------
     def probe(self, endpoint, vkey: str) -> None:
@@ -352,6 +264,59 @@ class _Run:
                 errors[row.label] = str(e).splitlines()[0]
                 self.log(f"[{self.v.name}] grid row {row.label} has no cells: {errors[row.label]}")
         return assemble(self.plan.grid, self.plan.slo, load_rows(rows), errors)
+
+
+@dataclass(frozen=True)
+class _SuiteRun:
+    """What a suite is given to run on one variant's engine (suites/base.py SuiteRun): the endpoint, this
+    variant's records through the sink, the looks of its gates through the monitor."""
+
+    endpoint: Any
+    variant: str
+    seed: int
+    settings: Any
+    timeout_s: float
+    retry_backoff_s: float
+    concurrency: int | None
+    work: Path
+    logs: Path
+    vkey: str
+    sink: RecordSink
+    monitor: Monitor
+    reporter: Reporter
+
+    def done_ids(self, part: Part) -> set[str]:
+        return self.sink.done_ids(self.vkey, part.key)
+
+    def is_complete(self, part: Part) -> bool:
+        return self.sink.is_complete(self.vkey, part.key)
+
+    def put(self, part: Part, records: list[Record]) -> None:
+        self.sink.put(self.vkey, part.key, self.variant, part.suite, records)
+
+    def complete(self, part: Part, n_items: int) -> None:
+        self.sink.mark_complete(self.vkey, part.key, n_items)
+
+    def skip(self, part: Part) -> bool:
+        return self.monitor.skip(part)
+
+    def cuts(self, part: Part, ids, groups) -> list[list[str]] | None:
+        return self.monitor.batches(part, ids, groups)
+
+    def look(self, part: Part) -> bool:
+        return self.monitor.look(part)
+
+    def finished(self, part: Part) -> None:
+        self.monitor.finished(part)
+
+    def stopping(self) -> bool:
+        return bool(self.monitor.failed) and self.monitor.policy is not None and self.monitor.policy.stop_variant_on_fail
+
+    def step(self, description: str, total: int | None = None):
+        return self.reporter.step(description, total=total)
+
+    def log(self, message: str) -> None:
+        self.reporter.log(message)
 
 
 def made_here(plan: VariantPlan) -> bool:

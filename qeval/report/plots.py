@@ -43,8 +43,9 @@ def forest(r: RunRecord) -> bytes | None:
 
 
 def _quality(v) -> float | None:
-    # mean of the suites' primary scores: one number per variant for the trade-off view
-    vals = [s.means[s.primary] for s in v.suites if not s.suite.startswith("logprobs/")]
+    # mean of the suites' primary scores: one number per variant for the trade-off view; a corpus measured
+    # per token (a distribution in the record) has a perplexity, not a score
+    vals = [s.means[s.primary] for s in v.suites if s.suite not in v.distribution]
     return sum(vals) / len(vals) if vals else None
 
 

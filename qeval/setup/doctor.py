@@ -295,6 +295,7 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
     from ..quantize import QUANTIZERS
     from ..quantize.base import DEFAULT_QUANTIZER
     from ..suites.lmeval import resolve_tasks
+    from ..suites.preflight import lmeval_refs
 
     needs: list[Need] = []
     # elsewhere (a Ray cluster) each node brings its own tools and GPUs; the model and the lm-eval data are
@@ -341,7 +342,7 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
         if v.api_key_env:
             needs.append(Need(f"${v.api_key_env} ({v.name}: its endpoint's API key)", bool(environ.get(v.api_key_env)),
                               "set" if environ.get(v.api_key_env) else "not set in this environment"))
-    for ref in cfg.lmeval_suites():
+    for ref in lmeval_refs(cfg.suites):
         try:
             tasks = resolve_tasks(ref, settings.data, config_file)
             needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", True, f"{len(tasks)} tasks' files here"))
@@ -369,14 +370,12 @@ def plan_check(cfg: Any, settings: Settings, config_file: str) -> str:
     if cfg.model.hf:  # found above; planned as that folder, so that nothing asks the hub
         folder = base_checkpoint(cfg, settings, local_only=True)
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": folder, "hf": None})})
-    with lmeval_data_check(cfg.lmeval_suites(), settings, config_file, cfg.executor.kind == "local") as check:
+    with lmeval_data_check(cfg.suites, settings, config_file, cfg.executor.kind == "local") as check:
         p = plan(cfg, settings, config_file)
         data = check.result()
     dtype = campaign_dtype(cfg, settings, config_file)
-    line = (f"{len(cfg.all_variants())} variants, {len(p.custom)} custom suites, "
-            f"{sum(len(t) for _, t in p.lmeval)} lm-eval tasks, {len(p.logprobs)} logprobs suites; "
-            f"served in {dtype.dtype} ({dtype.reason})")
-    return line + (f"; {data.summary()}" if p.lmeval else "")
+    line = f"{len(cfg.all_variants())} variants, {p.tally()}; served in {dtype.dtype} ({dtype.reason})"
+    return line + (f"; {data.summary()}" if check.needed else "")
 
 
 # -- all of it -----------------------------------------------------------------------------------------------

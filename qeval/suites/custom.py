@@ -19,6 +19,7 @@ from ..hashing import file_hash, key_hash, stable_hash
 from ..metrics import MetricSpec, continuous, indicator
 from ..specs import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
 from ..store import Record
+from .base import ItemSuite, Part, SuiteRun, run_items
 from .scorers import Scorer, build_scorer
 from .spec import GenerationSpec, ScorerSpec
 
@@ -64,12 +65,13 @@ class Item(Strict):
 
 
 @dataclass(frozen=True)
-class CustomSuite:
+class CustomSuite(ItemSuite):
     descriptor: SuiteDescriptor
     items: list[Item]
     scorers: list[Scorer]
     key: str  # content hash of descriptor + items (+ schema files): the store key
     source: Path | None = None  # the descriptor, named by errors found while scoring
+    concurrency: int = 8  # requests in flight, as the campaign's entry sets them
 
     @property
     def name(self) -> str:
@@ -86,14 +88,37 @@ class CustomSuite:
         return {s.name: indicator(where) if one and getattr(s, "binary", False) else continuous(True, where)
                 for s in self.scorers}
 
+    # -- the Suite protocol (suites/base.py) -------------------------------------------------------
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        metrics = self.metrics()
+        return (Part(suite=f"custom/{self.name}", key=self.key, metrics=metrics, primary=self.primary,
+                     planned=tuple(metrics), grouped=any(it.group is not None for it in self.items)),)
+
+    def tally(self) -> dict[str, int]:
+        return {"custom suites": 1, "custom items": len(self.items)}
+
+    def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
+        grouped = bool(self.items) and all(i.group is not None for i in self.items)
+        return [(f"custom/{self.name}", self.primary, len(self.items),
+                 tuple(i.group for i in self.items) if grouped else ())]
+
+    def run(self, run: SuiteRun) -> None:
+        (part,) = self.parts
+        concurrency = run.concurrency or self.concurrency
+        run_items(run, part, [(it.id, it.group) for it in self.items],
+                  lambda done, put: run_custom(self, run.endpoint, done, put, concurrency=concurrency,
+                                               timeout_s=run.timeout_s, retry_backoff_s=run.retry_backoff_s))
+
     def __reduce__(self):
         # scorers are closures over their specs: a suite travels (pickled) as its specs, rebuilt where it lands
-        return (_rebuilt, (self.descriptor, self.items, self.key, self.source))
+        return (_rebuilt, (self.descriptor, self.items, self.key, self.source, self.concurrency))
 
 
-def _rebuilt(descriptor: SuiteDescriptor, items: list[Item], key: str, source: Path | None) -> CustomSuite:
+def _rebuilt(descriptor: SuiteDescriptor, items: list[Item], key: str, source: Path | None,
+             concurrency: int = 8) -> CustomSuite:
     return CustomSuite(descriptor=descriptor, items=items, scorers=[build_scorer(s) for s in descriptor.scorers],
-                       key=key, source=source)
+                       key=key, source=source, concurrency=concurrency)
 
 
 def load_items(path: Path) -> list[Item]:
@@ -154,7 +179,12 @@ def _doc_hash(item: Item) -> str:
     return stable_hash(non_defaults(item))
 
 
-def load_suite(path: Path) -> CustomSuite:
+def resolve(ref, settings, policy, config_file: str = "") -> CustomSuite:
+    """A campaign's `kind: custom` entry (CustomSuiteRef)."""
+    return load_suite(ref.path, ref.concurrency)
+
+
+def load_suite(path: Path, concurrency: int = 8) -> CustomSuite:
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (the suite descriptor)", file=str(path))
@@ -180,7 +210,8 @@ def load_suite(path: Path) -> CustomSuite:
         raise ConfigError(str(e), file=str(path), where="scorers") from None
     items = load_items(items_path)
     key = key_hash(key_parts | {"items": file_hash(items_path)})
-    return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}", source=path)
+    return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}", source=path,
+                       concurrency=concurrency)
 
 
 def sample_seeds(item_id: str, samples: int) -> list[int]:

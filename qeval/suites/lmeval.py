@@ -15,7 +15,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import yaml
 
@@ -26,6 +26,7 @@ from ..hashing import file_hash, key_hash
 from ..metrics import MetricSpec
 from ..settings import Runtime
 from ..store import Record
+from .base import ItemSuite, Part, SuiteRun
 from .spec import LmEvalSuiteRef
 
 DATA_PLACEHOLDER = "{qeval_data}"
@@ -304,3 +305,147 @@ def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint,
         if not files:
             raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {log_path})", variant=endpoint.model)
         sink(t, parse_samples(files[-1]))
+
+
+def _lmeval_primary(include: Path | None, task: str) -> str:
+    if include is not None:
+        for p in include.glob("*.yaml"):
+            spec = yaml.safe_load(p.read_text()) or {}
+            if spec.get("task") == task and spec.get("metric_list"):
+                return spec["metric_list"][0]["metric"]
+    return "acc"
+
+
+def _rows(data_dir: Path, include: Path | None, task: str) -> int | None:
+    if include is None:
+        return None
+    for p in include.glob("*.yaml"):
+        spec = yaml.safe_load(p.read_text()) or {}
+        if spec.get("task") == task:
+            files = (spec.get("dataset_kwargs") or {}).get("data_files") or {}
+            f = Path(str(files.get(spec.get("test_split", "test"), "")).replace("{qeval_data}", str(data_dir)))
+            if f.is_file():
+                return sum(1 for line in f.read_text().splitlines() if line.strip())
+    return None
+
+
+def resolve(ref: LmEvalSuiteRef, settings, policy, config_file: str = "") -> "LmEvalSuite":
+    """A campaign's `kind: lm_eval` entry: its tasks, each one a sequential gate reads cut at its looks (those
+    of every rule that gates one of its metrics); lm-eval then runs it in those batches, for the baseline as
+    for every variant. The docs they cut are counted by the data pre-flight (LmEvalSuite.counted)."""
+    from ..verdict.rules import rule_for
+
+    out = []
+    for t in resolve_tasks(ref, settings.data, config_file):
+        specs = {(seq.look_every, seq.min_items) for m in t.metrics
+                 if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
+                 and (seq := policy.sequential_of(r)) is not None}
+        if not specs:
+            out.append(t)
+            continue
+        if ref.limit is None:
+            raise ConfigError(f"lm-eval task {t.name}: a sequential gate reads it, which needs the suite's `limit` "
+                              "(the docs the looks are planned over)", file=config_file, where="suites: lm_eval.limit")
+        out.append(t.in_batches(tuple(sorted(specs))))
+    return LmEvalSuite(ref, tuple(out))
+
+
+def counted(suites: tuple, n_docs: Mapping[str, int]) -> tuple:
+    """The campaign's suites, its lm-eval ones with the docs each batched task's data has (counted)."""
+    return tuple(s.counted(n_docs) if isinstance(s, LmEvalSuite) else s for s in suites)
+
+
+def task_cuts(seed: int, key: str, pauses: tuple[int, ...], n: int) -> list[list[int]]:
+    """A task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call. Fixed at
+    plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
+    from ..verdict.sequential import suite_order
+
+    order, _ = suite_order([str(i) for i in range(n)], [None] * n, seed, key)
+    edges = [0, *pauses]
+    return [[int(i) for i in order[a:b]] for a, b in zip(edges, edges[1:]) if b > a]
+
+
+@dataclass(frozen=True)
+class LmEvalSuite(ItemSuite):
+    """An `lm_eval` entry: its tasks, each a part, run together in one lm-eval process (a task that
+    sequential gates read: in the batches its looks cut, one process per batch)."""
+
+    ref: LmEvalSuiteRef
+    tasks: tuple[LmEvalTask, ...]
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return tuple(self._part(t) for t in self.tasks)
+
+    @staticmethod
+    def _part(t: LmEvalTask) -> Part:
+        # its primary metric is known from its records; the ones its metric_list names, now
+        planned = tuple(m for m, spec in t.metrics.items() if spec.source.startswith("task "))
+        return Part(suite=f"lm_eval/{t.name}", key=t.key, metrics=t.metrics, planned=planned,
+                    needs_prompt_logprobs=t.needs_prompt_logprobs, needs_token_prompts=True)
+
+    @property
+    def concurrency(self) -> int:
+        return self.ref.num_concurrent
+
+    def tally(self) -> dict[str, int]:
+        return {"lm-eval tasks": len(self.tasks)}
+
+    def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
+        out = []
+        for t in self.tasks:
+            rows, limit = _rows(data_dir, self.ref.include_path, t.name), self.ref.limit
+            n = min(x for x in (rows, limit) if x is not None) if (rows or limit) else 0
+            out.append((f"lm_eval/{t.name}", _lmeval_primary(self.ref.include_path, t.name), n, ()))
+        return out
+
+    def counted(self, n_docs: Mapping[str, int]) -> "LmEvalSuite":
+        """With the docs each batched task's data has (the data pre-flight's count, by unbatched key): a task
+        with fewer docs than its limit is cut over the docs it has."""
+        return dataclasses.replace(self, tasks=tuple(
+            dataclasses.replace(t, n_docs=n_docs.get(t.unbatched_key)) if t.looks else t for t in self.tasks))
+
+    def run(self, run: SuiteRun) -> None:
+        """The tasks the store lacks, in one lm-eval process; a task that sequential gates read in its batches
+        (lm-eval's --samples, the same calls for the baseline and every variant, so that few-shot prompts
+        match), one process per batch, until its gates are decided."""
+        ref = self.ref.model_copy(update={"num_concurrent": run.concurrency}) if run.concurrency else self.ref
+        parts = {t.name: self._part(t) for t in self.tasks}
+        todo = [t for t in self.tasks if not run.is_complete(parts[t.name]) and not run.skip(parts[t.name])]
+        if not todo:
+            return
+        cuts = {t.name: task_cuts(run.seed, t.key, t.batches, t.planned_docs) if t.batches else None for t in todo}
+        used: dict[str, set[str]] = {t.name: set(run.done_ids(parts[t.name])) for t in todo}
+
+        def task_sink(t: LmEvalTask, recs: list[Record]) -> None:
+            run.put(parts[t.name], recs)
+            used[t.name] |= {r.item_id for r in recs}
+            if cuts[t.name] is None:
+                run.complete(parts[t.name], len(recs))
+
+        # lm-eval's request cache answers a request it has seen whatever now serves it: one folder per checkpoint
+        # (run.work is the variant key's), so a variant re-made under its name is asked again, a resumed one not
+        runtime, data, v = run.settings.vllm, run.settings.data, run.variant
+        plain = [t for t in todo if cuts[t.name] is None]
+        if plain:
+            with run.step(f"[{v}] lm-eval {', '.join(t.name for t in plain)}"):
+                run_lmeval(ref, plain, run.endpoint, runtime, data, run.work, task_sink, run.logs / f"lmeval-{v}.log")
+            for t in plain:
+                run.finished(parts[t.name])
+        going = [t for t in todo if cuts[t.name] is not None]
+        for k in range(max((len(cuts[t.name]) for t in going), default=0)):
+            if run.stopping():
+                going = [t for t in going if not run.skip(parts[t.name])]
+            samples = {t.name: sorted(i for i in cuts[t.name][k] if str(i) not in used[t.name])
+                       for t in going if k < len(cuts[t.name])}
+            batch = [t for t in going if samples.get(t.name)]
+            if batch:
+                with run.step(f"[{v}] lm-eval {', '.join(t.name for t in batch)} (batch {k + 1})"):
+                    run_lmeval(ref, batch, run.endpoint, runtime, data, run.work / f"batch-{k + 1}", task_sink,
+                               run.logs / f"lmeval-{v}-batch-{k + 1}.log",
+                               samples={t.name: samples[t.name] for t in batch})
+            for t in [t for t in going if k < len(cuts[t.name])]:
+                if k == len(cuts[t.name]) - 1 or run.look(parts[t.name]):
+                    run.complete(parts[t.name], len(used[t.name]))
+                    run.finished(parts[t.name])
+                    going.remove(t)

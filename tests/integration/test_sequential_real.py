@@ -11,7 +11,7 @@ import pytest
 
 from qeval.config import load_config
 from qeval.pipeline import campaign
-from qeval.pipeline.monitor import lmeval_cuts
+from qeval.suites.lmeval import task_cuts
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 
@@ -59,8 +59,8 @@ mlflow: {{enabled: false}}
     assert rows["same logprobs/pydoc"] == kl.items_used
     # the variant's docs are the first batches of the seeded order, lm-eval's doc ids as planned
     key = next(v.key for v in rec.variants[1].suites if v.suite == "lm_eval/oe_addition")
-    sk = next(k for k in campaign.plan(cfg, s, str(cfg_path)).suite_keys() if k.key == key)
-    cuts = lmeval_cuts(cfg.seed, sk, (20, 40, 60), 60)
+    part = next(k for k in campaign.plan(cfg, s, str(cfg_path)).parts() if k.key == key)
+    cuts = task_cuts(cfg.seed, part.key, (20, 40, 60), 60)
     want = {str(i) for b in cuts[: lm.items_used // 20] for i in b}
     got = {r[0] for r in db.execute("SELECT item_id FROM records WHERE variant='same' AND suite_key=?", (key,))}
     assert got == want

@@ -83,7 +83,7 @@ def _stored_run(root: Path, url: str) -> Path:
     cfg = load_config(config)
     settings = Settings.from_env()
     p = plan(cfg, settings, str(config))
-    suite = p.custom[0]
+    suite = p.suites[0]
     camp = Campaign(cfg, settings, config_file=str(config))
     camp.run_dir.mkdir(parents=True)
     record = RunRecord(run_id="browser-check-0001", campaign=cfg.name, config_hash=cfg.config_hash(),

@@ -1,15 +1,22 @@
-"""A third party's engine and scorer, registered through entry points only (see the dist-info beside it)."""
+"""A third party's engine, scorer and suite kind, registered through entry points only (see the dist-info
+beside it)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import httpx
 from pydantic import Field
 
 from qeval.engines import Endpoint, EngineBase, EngineMemory
 from qeval.engines.spec import ServedEngineSpec
-from qeval.suites.spec import ScorerSpec
+from qeval.hashing import stable_hash
+from qeval.metrics import indicator
+from qeval.store import Record
+from qeval.suites.base import ItemSuite, Part, run_items
+from qeval.suites.spec import ScorerSpec, SuiteRef
 
 
 class EchoSpec(ServedEngineSpec):
@@ -65,3 +72,57 @@ def constant(spec: ConstantSpec) -> _Constant:
 
 
 constant.Spec = ConstantSpec
+
+
+# -- a suite kind -------------------------------------------------------------------------------------------
+
+class WordsRef(SuiteRef):
+    """`kind: words`: n generated prompts; an answer scores 1 when it has at least `words` words."""
+
+    kind: Literal["words"] = "words"
+    name: str = "w"
+    n: int = Field(12, gt=1)
+    words: int = Field(1, ge=1)
+
+    def resolve(self, settings, policy, config_file: str = "") -> "WordsSuite":
+        return WordsSuite(name=self.name, n=self.n, words=self.words)
+
+
+@dataclass(frozen=True)
+class WordsSuite(ItemSuite):
+    name: str
+    n: int
+    words: int
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        metrics = {"enough": indicator("the words suite")}
+        return (Part(suite=f"words/{self.name}", key=f"words:{self.name}:{self.n}:{self.words}", metrics=metrics,
+                     primary="enough", planned=("enough",)),)
+
+    @property
+    def concurrency(self) -> int:
+        return 1
+
+    def tally(self) -> dict[str, int]:
+        return {"words suites": 1}
+
+    def sizes(self, data_dir: Path) -> list:
+        return [(self.parts[0].suite, "enough", self.n, ())]
+
+    def run(self, run) -> None:
+        (part,) = self.parts
+
+        def evaluate(done: set[str], put) -> None:
+            with httpx.Client(base_url=run.endpoint.base_url, timeout=run.timeout_s) as client:
+                for i in range(self.n):
+                    if str(i) in done:
+                        continue
+                    prompt = f"say something about {i}"
+                    r = client.post("/completions", json={"model": run.endpoint.model, "prompt": prompt,
+                                                          "max_tokens": 8, "temperature": 0})
+                    text = r.json()["choices"][0]["text"]
+                    put([Record(item_id=str(i), sample=0, scores={"enough": float(len(text.split()) >= self.words)},
+                                prompt_hash=stable_hash(prompt), response=text)])
+
+        run_items(run, part, [(str(i), None) for i in range(self.n)], evaluate)

@@ -1,0 +1,238 @@
+"""The suite seam: what a campaign's `suites:` entry becomes once resolved, and all the pipeline asks of it.
+
+A Suite is one entry (a custom suite, an lm-eval suite of tasks, a logprobs corpus, or a kind a plugin
+registers); its Parts are what is stored, paired and gated as one (an lm-eval suite has a part per task).
+A variant's run hands each suite a SuiteRun (the endpoint, the variant's records, the looks of its
+sequential gates) and the suite evaluates what is missing; the verdict pairs each part through the suite's
+`views`. Nothing outside suites/ knows a suite's kind.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from ..metrics import MetricSpec
+from ..store import Record
+
+if TYPE_CHECKING:
+    from ..engines import Endpoint
+    from ..record_models import BaselineDistribution, Distribution, FlipRow, SuiteFlips
+    from ..settings import Settings
+    from ..verdict.pairing import Paired
+
+
+@dataclass(frozen=True)
+class Part:
+    """What is stored, paired and gated as one: a custom suite, an lm-eval task, a logprobs corpus."""
+
+    suite: str  # its name in records, gates and reports: "custom/capitals", "lm_eval/oe_sciq", "logprobs/pydoc"
+    key: str  # the store's key
+    metrics: Mapping[str, MetricSpec]  # what each metric is, as the suite declares it
+    primary: str | None = None  # the metric its summary leads with (None: the first its records carry)
+    # the metrics its gates read, where fixed by the suite (a logprobs corpus: KL and top-1 against the
+    # baseline); None: those its records carry
+    gated: tuple[str, ...] | None = None
+    gated_primary: str | None = None  # the metric a gate reads unless a rule names another (None: `primary`)
+    planned: tuple[str, ...] = ()  # the metrics known before any record is made (what the plan checks)
+    grouped: bool = False  # its items carry groups (clustered statistics; no betting sequence)
+    # what it asks of an engine: prompt logprobs (scored from the logprobs of given text), token-id prompts
+    needs_prompt_logprobs: bool = False
+    needs_token_prompts: bool = False
+
+    @property
+    def gate_metric(self) -> str | None:
+        return self.gated_primary or self.primary
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What a sequential gate's looks read besides the pairs: every planned item in the baseline's records
+    (the evaluation order is drawn over them, seeded by the part's key) and the baseline's mean of each
+    metric (what a relative margin is relative to)."""
+
+    ids: tuple[str, ...]
+    groups: tuple[str | None, ...]
+    base_means: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class View:
+    """One pairing of a part's records, variant against baseline, for the verdict."""
+
+    paired: "Paired"
+    primary: str | None  # the comparison marked primary (None: none of this view's)
+    metrics: tuple[str, ...] | None = None  # compared, in this order (None: every paired metric, sorted)
+    looks: Looks | None = None  # None: no gate of this view looks while its suite runs
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        return self.metrics if self.metrics is not None else tuple(sorted(self.paired.base))
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Everything a part's records say against the baseline's, before any statistics: the views the verdict
+    compares, the items whose 0/1 result flipped (the record's few, and every row), and per-token figures
+    (variant, baseline) where the suite has them."""
+
+    views: tuple[View, ...]
+    flips: "tuple[SuiteFlips, list[FlipRow]] | None" = None
+    distribution: "tuple[Distribution, BaselineDistribution] | None" = None
+
+
+@runtime_checkable
+class SuiteRun(Protocol):
+    """What a variant's run gives a suite: its endpoint, its records so far, the looks of its gates."""
+
+    endpoint: "Endpoint"
+    variant: str
+    seed: int
+    settings: "Settings"
+    timeout_s: float
+    retry_backoff_s: float
+    concurrency: int | None  # requests in flight for every suite (the noise floor's); None: each suite's own
+    work: Path  # this variant's folder for a suite's working files (lm-eval's request cache)
+    logs: Path
+
+    def done_ids(self, part: Part) -> set[str]: ...
+
+    def is_complete(self, part: Part) -> bool: ...
+
+    def put(self, part: Part, records: list[Record]) -> None:
+        """Store records as they arrive."""
+        ...
+
+    def complete(self, part: Part, n_items: int) -> None: ...
+
+    def skip(self, part: Part) -> bool:
+        """Whether the part is skipped: a gate has already failed the variant (stop_variant_on_fail)."""
+        ...
+
+    def cuts(self, part: Part, ids: Sequence[str], groups: Sequence[str | None]) -> list[list[str]] | None:
+        """The items cut at the looks of the part's sequential gates (None: no gate looks)."""
+        ...
+
+    def look(self, part: Part) -> bool:
+        """At a cut: True when the part may stop (its gates decided, or one failed the variant)."""
+        ...
+
+    def finished(self, part: Part) -> None:
+        """The part ran to its end (its fixed-n gates may now fail the variant)."""
+        ...
+
+    def stopping(self) -> bool:
+        """A gate has failed the variant and the rest of its suites are to be skipped."""
+        ...
+
+    def step(self, description: str, total: int | None = None) -> AbstractContextManager[Callable[[int], None]]: ...
+
+    def log(self, message: str) -> None: ...
+
+
+@runtime_checkable
+class Suite(Protocol):
+    """One resolved `suites:` entry. A kind registered through the entry point group `qeval.suites` is a
+    SuiteRef subclass whose `resolve` returns one of these."""
+
+    @property
+    def parts(self) -> tuple[Part, ...]: ...
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight, as its campaign entry sets them."""
+        ...
+
+    def tally(self) -> Mapping[str, int]:
+        """What `qeval validate` counts of it, e.g. {"custom suites": 1, "custom items": 50}: a count whose label
+        ends in " items" is shown beside the one of the same first word."""
+        ...
+
+    def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
+        """Per part whose size is planned before a run (`qeval power`): its name, the metric its gate reads,
+        its items (lm-eval: as its data and limit say) and their groups (empty: ungrouped)."""
+        ...
+
+    def run(self, run: SuiteRun) -> None:
+        """Evaluate what the store lacks of each part against `run.endpoint`, storing records as they come."""
+        ...
+
+    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+        """The part's records paired, variant against baseline (item by item, or by chunk)."""
+        ...
+
+    def rekeyed(self, keys: Mapping[str, str]) -> "Suite":
+        """The suite with its parts under the keys a finished run recorded (by part name), where those
+        keys depend on the machine rather than on the suite's files; else itself."""
+        ...
+
+
+class ItemSuite:
+    """What most suites share: item-by-item pairing, flips of a 0/1 primary metric, no per-token figures, keys
+    from their own files.
+    Subclasses give `parts`, `concurrency`, `tally` and `run`."""
+
+    parts: tuple[Part, ...]
+
+    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+        from ..verdict.pairing import align
+        from ..verdict.flips import item_flips
+
+        paired = align(part.suite, base, cand)
+        flip = (part.primary or sorted(base[0].scores)[0]) if base else None
+        spec = part.metrics.get(flip) if flip else None
+        flips = item_flips(flip, base, cand) if cand and spec is not None and spec.binary else None
+        metrics = sorted(paired.base)
+        if not metrics:
+            return Pairing((View(paired, None),), flips=flips)
+        first = [r for r in base if r.sample == 0]
+        looks = Looks(tuple(r.item_id for r in first), tuple(r.group for r in first),
+                      {m: sum(r.scores[m] for r in first) / len(first) for m in metrics})
+        return Pairing((View(paired, part.primary or metrics[0], looks=looks),), flips=flips)
+
+    def rekeyed(self, keys: Mapping[str, str]) -> Any:
+        return self
+
+
+def run_items(run: SuiteRun, part: Part, items: Sequence[tuple[str, str | None]],
+              evaluate: Callable[[set[str], Callable[[list[Record]], None]], Any], note: str = "") -> None:
+    """Run one part item by item: skip what is stored, store each record as it arrives, mark it done. With
+    sequential gates, in the seeded order, a batch per look, until every gate of it is decided. `evaluate`
+    is given the ids to leave out and where to put records."""
+    if run.is_complete(part) or run.skip(part):
+        return
+    done = run.done_ids(part)
+    ids = [i for i, _ in items]
+    cuts = run.cuts(part, ids, [g for _, g in items]) or [ids]
+    with run.step(f"[{run.variant}] {part.suite}{note}", total=len(items)) as advance:
+        advance(len(done))
+
+        def put(recs: list[Record]) -> None:
+            run.put(part, recs)
+            advance(len(recs))
+
+        evaluated: set[str] = set(done)
+        for batch in cuts:
+            want = set(batch) - evaluated
+            if want:
+                evaluate(set(ids) - want, put)  # the runner skips what it is told is done: all but this batch
+                evaluated |= want
+            if len(cuts) > 1 and run.look(part):
+                break
+    # a part its gates stopped is complete at the items it used: a rerun does not serve it again
+    run.complete(part, len(items) if evaluated >= set(ids) else len(evaluated & set(ids)))
+    run.finished(part)
+
+
+def tally_text(suites: Iterable[Suite]) -> str:
+    """What `qeval validate` and `qeval doctor` say of a campaign's suites: "2 custom suites (93 items), ..."."""
+    counts: dict[str, int] = {}
+    for s in suites:
+        for k, n in s.tally().items():
+            counts[k] = counts.get(k, 0) + n
+    items = {k.split()[0]: n for k, n in counts.items() if k.endswith(" items")}
+    parts = [f"{n} {k}" + (f" ({items[k.split()[0]]} items)" if k.split()[0] in items else "")
+             for k, n in counts.items() if not k.endswith(" items")]
+    return ", ".join(parts) or "no suites"
