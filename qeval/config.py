@@ -25,7 +25,7 @@ from .quantize.base import QUANTIZERS
 from .quantize.spec import RecipeSpec
 from .specs import (Name, Strict, format_validation, known_keys, line_of, non_defaults, parse_model, read_yaml,
                     relocated)
-from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef, ScorerSpec,
+from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef,
                           SuiteRef)
 from .tracking.spec import MlflowSpec
 from .verdict.noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
@@ -34,7 +34,7 @@ from .verdict.policy import GatePolicy, GateRule, PerfMetric, PerfRule
 __all__ = ["CampaignConfig", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
            "GenerationSpec", "GridEngineSpec", "GridSpec", "LmEvalSuiteRef", "LogprobsSuiteRef", "METHODS",
            "MlflowSpec", "ModelSpec", "Name", "PerfMetric", "PerfRule", "Positive", "ProbeSpec", "QUANTIZED",
-           "RecipeSpec", "ScorerSpec", "ServedEngineSpec", "ServerSpec", "Strict", "SuiteRef", "TgiSpec", "TrtllmSpec",
+           "RecipeSpec", "ServedEngineSpec", "ServerSpec", "Strict", "SuiteRef", "TgiSpec", "TrtllmSpec",
            "VariantSpec", "VllmSpec", "format_validation", "line_of", "load_config", "load_policy", "parse_model",
            "read_yaml"]
 

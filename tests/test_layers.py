@@ -37,13 +37,6 @@ ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("qeval", "qeval.cli")),
 )
 
-# What the graph still breaks, each entry removed as the refactor lands. The test fails on a violation missing
-# here and on an entry here that no longer occurs, so this set only shrinks.
-KNOWN: set[str] = {
-    "cycle: qeval.suites.scorers qeval.suites.spec",
-}
-
-
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -192,7 +185,7 @@ def upward(g: dict[str, list[Import]]) -> list[Import]:
 
 
 def violations() -> dict[str, str]:
-    """Each violation's KNOWN key -> how a failure reports it."""
+    """Each violation (a key naming it) -> how a failure reports it."""
     g = graph()
     out: dict[str, str] = {}
     for name in sorted(g):
@@ -215,24 +208,18 @@ def found() -> dict[str, str]:
 
 
 def test_no_cycle(found):
-    new = [why for key, why in found.items() if key.startswith("cycle: ") and key not in KNOWN]
+    new = [why for key, why in found.items() if key.startswith("cycle: ")]
     assert not new, "\n".join(new)
 
 
 def test_every_module_in_a_room(found):
-    new = [why for key, why in found.items() if key.startswith("no room: ") and key not in KNOWN]
+    new = [why for key, why in found.items() if key.startswith("no room: ")]
     assert not new, "\n".join(new)
 
 
 def test_no_import_from_a_room_above(found):
-    new = [why for key, why in found.items() if " -> " in key and not key.startswith("cycle: ") and key not in KNOWN]
+    new = [why for key, why in found.items() if " -> " in key and not key.startswith("cycle: ")]
     assert not new, "\n".join(new)
-
-
-def test_known_violations_still_occur(found):
-    """A violation fixed is taken out of KNOWN, so the list only shrinks."""
-    gone = sorted(KNOWN - set(found))
-    assert not gone, "fixed, remove from KNOWN in tests/test_layers.py: " + ", ".join(gone)
 
 
 def test_the_graph_is_read(tmp_path):
@@ -291,7 +278,7 @@ def main() -> None:
         up = " UP" if a in order and b in order and order[b] > order[a] else ""
         print(f"  {a} -> {b}: {n}{up}")
     found = violations()
-    print(f"violations: {len(found)} ({len(set(found) - KNOWN)} not in KNOWN)")
+    print(f"violations: {len(found)}")
     for key in sorted(found):
         print(f"  {found[key]}")
 

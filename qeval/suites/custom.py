@@ -21,7 +21,8 @@ from ..specs import Name, Strict, error_message, keys_at, non_defaults, parse_mo
 from ..store import Record
 from .base import ItemSuite, Part, SuiteRun, run_items
 from .scorers import Scorer, build_scorer
-from .spec import GenerationSpec, ScorerSpec
+from .scorers import ScorerSpec
+from .spec import GenerationSpec
 
 MAX_LINE_BYTES = 1 << 20  # a 1 MiB item is a mistake, not a prompt
 

@@ -8,24 +8,66 @@ import math
 import re
 import string
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import yaml
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
+from pydantic import Field
+
 from ..errors import ConfigError
 from ..registry import Registry
-from .spec import (JsonSchemaScorerSpec, NumericScorerSpec, PythonScorerSpec, RegexScorerSpec,
-                   ScorerSpec)
+from ..specs import Kinded
 
 
 class Scorer(Protocol):
     name: str
     binary: bool  # declared by the scorer: every score it gives is 0 or 1
 
-
     def __call__(self, response: str, reference: str | list[str]) -> float: ...
+
+
+# -- scorer specs (what a suite descriptor says of each scorer)  ----------------------------------------------------------------------------------------
+
+class ScorerSpec(Kinded):
+    """What every scorer kind has; exact, normalized, contains and json_valid have nothing else."""
+
+    kind: str
+    name: str | None = None
+
+    @classmethod
+    def model_for(cls, kind: str) -> type["ScorerSpec"]:
+        spec = getattr(SCORERS.get(kind), "Spec", None) or PluginScorerSpec
+        if not (isinstance(spec, type) and issubclass(spec, ScorerSpec)):
+            raise ValueError(f"scorer {kind!r}: its Spec must be a ScorerSpec (qeval.suites.scorers)")
+        return spec
+
+
+class RegexScorerSpec(ScorerSpec):
+    pattern: str | None = None  # its first group (or whole match) is the answer
+
+
+class NumericScorerSpec(ScorerSpec):
+    tolerance: float | None = None  # relative; default 1e-6
+    number: Literal["first", "last"] = "last"  # which number in the response is the answer
+
+
+class JsonSchemaScorerSpec(ScorerSpec):
+    # the schema inline, or a JSON / YAML file relative to the suite descriptor
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    schema_file: Path | None = None
+
+
+class PluginScorerSpec(ScorerSpec):
+    """A scorer that runs the user's code (and a plugin's that declares no Spec of its own)."""
+
+    # declare that every score is 0 or 1 (exact tests); default continuous
+    binary: bool | None = None
+
+
+class PythonScorerSpec(PluginScorerSpec):
+    callable: str | None = None  # "package.module:function", (response, reference) -> float in [0, 1]
 
 
 SCORERS = Registry("scorer", entry_point_group="qeval.scorers")

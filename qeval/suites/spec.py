@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -36,50 +36,6 @@ class GenerationSpec(Strict):
             raise ValueError(f"samples: {self.samples} needs temperature > 0 (greedy decoding gives one answer "
                              f"{self.samples} times)")
         return self
-
-
-# -- scorers ----------------------------------------------------------------------------------------
-
-class ScorerSpec(Kinded):
-    """What every scorer kind has; exact, normalized, contains and json_valid have nothing else."""
-
-    kind: str
-    name: str | None = None
-
-    @classmethod
-    def model_for(cls, kind: str) -> type["ScorerSpec"]:
-        from .scorers import SCORERS  # the registry loads entry points: a plugin's scorer and its Spec
-
-        spec = getattr(SCORERS.get(kind), "Spec", None) or PluginScorerSpec
-        if not (isinstance(spec, type) and issubclass(spec, ScorerSpec)):
-            raise ValueError(f"scorer {kind!r}: its Spec must be a ScorerSpec (qeval.suites.spec)")
-        return spec
-
-
-class RegexScorerSpec(ScorerSpec):
-    pattern: str | None = None  # its first group (or whole match) is the answer
-
-
-class NumericScorerSpec(ScorerSpec):
-    tolerance: float | None = None  # relative; default 1e-6
-    number: Literal["first", "last"] = "last"  # which number in the response is the answer
-
-
-class JsonSchemaScorerSpec(ScorerSpec):
-    # the schema inline, or a JSON / YAML file relative to the suite descriptor
-    schema_: dict[str, Any] | None = Field(None, alias="schema")
-    schema_file: Path | None = None
-
-
-class PluginScorerSpec(ScorerSpec):
-    """A scorer that runs the user's code (and a plugin's that declares no Spec of its own)."""
-
-    # declare that every score is 0 or 1 (exact tests); default continuous
-    binary: bool | None = None
-
-
-class PythonScorerSpec(PluginScorerSpec):
-    callable: str | None = None  # "package.module:function", (response, reference) -> float in [0, 1]
 
 
 # -- suite references (in the campaign file) ------------------------------------------------------------

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.config import ScorerSpec
+from qeval.suites.scorers import ScorerSpec
 from qeval.errors import ConfigError
 from qeval.suites.custom import load_items, load_suite
 from qeval.suites.scorers import build_scorer, first_number, normalize

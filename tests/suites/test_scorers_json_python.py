@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.config import ScorerSpec
+from qeval.suites.scorers import ScorerSpec
 from qeval.errors import ConfigError
 from qeval.suites.custom import load_suite, score
 from qeval.suites.scorers import SCORERS, build_scorer

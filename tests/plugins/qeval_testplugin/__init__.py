@@ -16,7 +16,8 @@ from qeval.hashing import stable_hash
 from qeval.metrics import indicator
 from qeval.store import Record
 from qeval.suites.base import ItemSuite, Part, run_items
-from qeval.suites.spec import ScorerSpec, SuiteRef
+from qeval.suites.scorers import ScorerSpec
+from qeval.suites.spec import SuiteRef
 
 
 class EchoSpec(ServedEngineSpec):
