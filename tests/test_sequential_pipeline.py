@@ -184,7 +184,7 @@ def test_a_pending_reference_is_waited_for_once_after_the_engine_is_up(tmp_path)
     """The ray executor's way: a variant is made and served while the baseline still runs, and waits for the
     baseline's records only at its first suite; its run then stops where a run given them at once stops."""
     from qeval.pipeline.campaign import Campaign
-    from qeval.pipeline.monitor import Reference
+    from qeval.pipeline.sink import Reference
     from qeval.pipeline.plan import plan
     from qeval.pipeline.sink import StoreSink
     from qeval.pipeline.variant import run_variant

@@ -186,8 +186,11 @@ class Campaign:
                 record.save(self.record_path)
 
             shared = self.settings.records if self.settings.share_records else None
-            with StoreSink(store, begun, shared) as sink:
+            # the variants whose gates look while they run pair with the baseline's records: the sink hands them
+            looks = todo[0] if todo and todo[0].role == "baseline" and any(p.gates is not None for p in todo[1:]) else None
+            with StoreSink(store, begun, shared, baseline=looks) as sink:
                 for out in executor.run(todo, self.run_dir, sink, self.reporter):
+                    sink.settled(out)
                     if out.status == "ok":
                         keys[out.name] = out.key
                     self._place(record, self._result(by_name[out.name], out, store, facts))

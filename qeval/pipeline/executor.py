@@ -1,6 +1,9 @@
 """The executor seam: given variant plans, yield their outcomes as they finish.
 
-The pipeline never knows where a variant runs; the campaign file picks an executor kind
+An executor only places: where each unit of work runs, how often it is tried again, and the run's time
+budget (Budget, shared). What a unit sends back is merged by the stream's driver side (stream.Merge), and the
+baseline's records the variants' looks pair with come from the driver's sink (sink.DriverSink): an executor
+carries them, nothing more. The pipeline never knows where a variant runs; the campaign file picks an executor kind
 (`executor: {kind: local}`), and a kind registered in EXECUTORS (executors/spec.py; a plugin's through the entry
 point group `qeval.executors`) brings its own spec, so Ray is added beside `local` without touching the pipeline.
 """
@@ -8,6 +11,7 @@ point group `qeval.executors`) brings its own spec, so Ray is added beside `loca
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Protocol, Sequence
 
@@ -16,7 +20,7 @@ from ..executors.spec import EXECUTORS, ExecutorSpec, LocalExecutorSpec
 if TYPE_CHECKING:
     from ..progress import Reporter
     from .plan import VariantPlan
-    from .sink import RecordSink
+    from .sink import DriverSink
     from .variant import VariantOutcome
 
 
@@ -30,7 +34,7 @@ class Executor(Protocol):
         where it runs cannot be reached)."""
         ...
 
-    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
+    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "DriverSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
         """Each plan's outcome, as it finishes. The first plan is the baseline."""
         ...
@@ -49,21 +53,17 @@ class LocalExecutor:
     def check(self, plans: Sequence["VariantPlan"]) -> None:
         pass  # this machine runs whatever the plan step accepted
 
-    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "RecordSink",
+    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "DriverSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
-        from .monitor import Reference
         from .variant import run_variant
 
-        t0 = time.monotonic()
-        reference = None  # the baseline's records, which gates that look while a variant runs pair with
+        budget = Budget(self.max_seconds)
         for p in plans:
-            if p.role != "baseline" and self.max_seconds is not None and time.monotonic() - t0 > self.max_seconds:
-                yield budget_spent(p.name, self.max_seconds, reporter)
+            if p.role != "baseline" and budget.spent():
+                yield budget.skipped(p.name, reporter)
                 continue
-            out = run_variant(p, workspace, sink, reporter, reference=reference)
-            if p.role == "baseline" and out.status == "ok" and any(q.gates is not None for q in plans):
-                reference = Reference.read(sink, out.key, p)
-            yield out
+            # this process writes the driver's sink itself: nothing to merge
+            yield run_variant(p, workspace, sink, reporter, reference=sink.reference_for(p))
 
 
 def not_evaluated(name: str, error: str, reporter: "Reporter", status: str = "error") -> "VariantOutcome":
@@ -74,10 +74,20 @@ def not_evaluated(name: str, error: str, reporter: "Reporter", status: str = "er
     return VariantOutcome(name=name, status=status, error=error)
 
 
-def budget_spent(name: str, max_seconds: float, reporter: "Reporter") -> "VariantOutcome":
-    """Not started because the run's time budget is spent: skipped (never PASS); a rerun resumes it."""
-    return not_evaluated(name, f"not started: the run's time budget ({max_seconds:.0f} s) was spent; run the "
-                               "same command again to resume", reporter, status="skipped")
+@dataclass(frozen=True)
+class Budget:
+    """The run's time budget (`qeval run --max-minutes`): once spent, no variant after the baseline starts;
+    each is reported skipped (never PASS) and a rerun resumes it. Every executor asks it the same way."""
+
+    max_seconds: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def spent(self) -> bool:
+        return self.max_seconds is not None and time.monotonic() - self.started > self.max_seconds
+
+    def skipped(self, name: str, reporter: "Reporter") -> "VariantOutcome":
+        return not_evaluated(name, f"not started: the run's time budget ({self.max_seconds:.0f} s) was spent; "
+                                   "run the same command again to resume", reporter, status="skipped")
 
 
 def make_executor(spec: ExecutorSpec, max_seconds: float | None = None) -> Executor:

@@ -8,33 +8,13 @@ functions on the same records), so stopping early never changes a verdict, only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
-
-from ..store import Record
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from ..suites.base import Part
     from ..verdict.sequential import SuiteLook
     from .plan import VariantPlan
-    from .sink import RecordSink
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The baseline's records of every suite, which a variant's looks pair with: read by the executor once
-    the baseline is done, and shipped with each variant's unit of work."""
-
-    key: str
-    records: Mapping[str, tuple[Record, ...]]  # per suite key
-
-    @classmethod
-    def read(cls, sink: "RecordSink", key: str, plan: "VariantPlan") -> "Reference":
-        return cls(key, {part.key: tuple(sink.records(key, part.key)) for part in plan.suites.parts()})
-
-
-# the baseline's records still to come: called once, when a variant first needs them (the ray executor's)
-Pending = Callable[[], "Reference | None"]
+    from .sink import Pending, RecordSink, Reference
 
 
 def batches(order: Sequence[str], pauses: Sequence[int]) -> list[list[str]]:

@@ -3,7 +3,7 @@
 Placement, node loss and GPU isolation are Ray's; qeval writes no scheduler. Each task asks what its
 variant needs (CPUs, `tensor_parallel_size` GPUs on one node or a fraction of one, custom resources),
 runs `run_variant` on its node with that node's own cache and workspace, and streams its records back
-(remote.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of its
+(stream.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of its
 own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the store
 and run.json, merges them as they arrive. A task whose worker or node is lost is run again (bounded) from
 what was merged: nothing lost, nothing twice.
@@ -17,7 +17,6 @@ import os
 import queue
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
@@ -26,7 +25,7 @@ from pydantic import Field
 
 from ..errors import ConfigError, MissingEnvError, QevalError
 from ..executors.spec import EXECUTORS, ExecutorSpec
-from .executor import budget_spent, not_evaluated
+from .executor import Budget, not_evaluated
 
 if TYPE_CHECKING:
     from ..progress import Reporter
@@ -111,7 +110,7 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
                  reference=None) -> Iterator[Any]:
     """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream, each
     stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
-    from .remote import Done, variant_stream
+    from .stream import Done, variant_stream
     from .variant import VariantOutcome
 
     ray = _ray()
@@ -127,7 +126,7 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
 
 def make_task(plan: "VariantPlan", gpus: float, book, holder: str) -> Iterator[Any]:
     """The make-only task's body (remote.make_stream), on a node able to serve the variant after it."""
-    from .remote import Made, make_stream
+    from .stream import Made, make_stream
 
     ray = _ray()
     placed, keys, wrong = _here(ray, gpus, "its quantizer needs")
@@ -139,7 +138,7 @@ def make_task(plan: "VariantPlan", gpus: float, book, holder: str) -> Iterator[A
 
 
 class ReferenceBox:
-    """The baseline's records (monitor.Reference), set by the driver once the baseline's suites are all
+    """The baseline's records (sink.Reference), set by the driver's sink once the baseline's suites are all
     stored; a variant's task, made and served meanwhile, waits on `get` (an async actor: many wait at once)."""
 
     def __init__(self):
@@ -318,6 +317,8 @@ class RayExecutor:
         # gates that look while a variant runs pair with the baseline's records: they go through this box
         looks = any(p.gates is not None for p in plans[1:])
         box = ray.remote(num_cpus=0)(ReferenceBox).options(scheduling_strategy=here).remote() if looks else None
+        if box is not None:  # the driver's sink says when the baseline's records are stored; the box carries them
+            sink.on_reference(lambda reference: box.set.remote(reference))
         try:
             yield from self._follow(ray, task, book, box, plans, demands, makes, workspace, sink, reporter)
         finally:
@@ -328,34 +329,21 @@ class RayExecutor:
 
     def _follow(self, ray, task, book, box, plans, demands, makes, workspace: Path, sink,
                 reporter) -> Iterator["VariantOutcome"]:
+        """Place every unit, try again what lost its worker, and hand each message of their streams to the
+        stream's merge (stream.Merge): what is Ray's here is placement, retries and the budget."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .monitor import Reference
-        from .remote import Begin, Complete, Done, Files, Log, Made, Put, Stage, shipped_files, unpack
+        from .stream import Made, Merge, shipped_files
         from .variant import VariantOutcome
 
         q: queue.Queue = queue.Queue()
+        merge = Merge(sink, reporter, workspace)
+        budget = Budget(self.max_seconds)
         by_name = {p.name: p for p in plans}
         attempt: dict[str, int] = {}  # tasks submitted per variant (its make task and its serving task count)
         lost: dict[str, int] = {}  # tasks whose worker or node was lost, per variant
         gens: dict[str, Any] = {}
         node: dict[str, Placed] = {}  # where each variant's current task was placed
-        # all are submitted at once; a variant whose gates look waits, at its first suite, for the baseline's
-        # records, put in the box as soon as the baseline's suites are stored (before its probe)
-        base = plans[0]
-        given = False
-
-        def give_reference(vkey: str | None) -> None:
-            nonlocal given
-            if box is not None and not given:
-                given = True
-                box.set.remote(Reference.read(sink, vkey, base) if vkey else None)
-
-        def settled(name: str, outcome: "VariantOutcome") -> "VariantOutcome":
-            if name == base.name:  # whatever happened to it (a failed baseline: the variants look at nothing)
-                give_reference(outcome.key if outcome.status == "ok" else None)
-            return outcome
-
         made: dict[str, tuple[str, dict]] = {}  # variant -> the node its make task ran on, what making recorded
         make_task_ = ray.remote(make_task)
 
@@ -372,13 +360,15 @@ class RayExecutor:
                 # where its checkpoint was made, unless that node is gone or cannot hold it (then made again there)
                 where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(made[p.name][0], soft=True)} \
                     if p.name in made else {}
-                # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged
+                # Ray's own retries would rerun from a stale snapshot: qeval resubmits with what is merged. A
+                # variant whose gates look while it runs waits, at its first suite, for the baseline's records,
+                # which the driver's sink puts in the box as soon as the baseline's suites are stored
+                looks = box if sink.reference_for(p) is not None else None
                 gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                    resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}",
                                    **where).remote(
-                    p, sink.stored(p.name, with_records=p.gates is not None and p.role == "variant"),
-                    shipped_files(workspace, TO_DRIVER), d.num_gpus, book, holder,
-                    box if p.role == "variant" and p.gates is not None else None)
+                    p, sink.stored(p.name, with_records=looks is not None), shipped_files(workspace, TO_DRIVER),
+                    d.num_gpus, book, holder, looks)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
@@ -386,10 +376,9 @@ class RayExecutor:
         for p in plans:
             submit(p)
         left = set(by_name)
-        t0 = time.monotonic()
         while left:
             # checked at every turn: a busy stream must not hide a spent budget
-            yield from self._over_budget(ray, t0, left, node, gens, by_name, attempt, reporter)
+            yield from self._over_budget(ray, budget, left, node, gens, by_name, attempt, reporter)
             if not left:
                 break
             try:
@@ -407,39 +396,18 @@ class RayExecutor:
             elif isinstance(msg, Made):
                 if msg.error is not None:
                     left.discard(name)
-                    yield settled(name, VariantOutcome(name=name, status="error", error=msg.error, **msg.facts))
+                    yield VariantOutcome(name=name, status="error", error=msg.error, **msg.facts)
                 else:
                     made[name] = (node[name].node_id, msg.facts)
                     node.pop(name, None)  # not started until its serving task is placed
                     submit(by_name[name])
-            elif isinstance(msg, Log):
-                reporter.log(msg.text)
-            elif isinstance(msg, Stage):
-                reporter.log(f"{msg.text} ... [{where}]")
-            elif isinstance(msg, Begin):
-                sink.begin(msg.started)
-            elif isinstance(msg, Put):
-                sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
-            elif isinstance(msg, Complete):
-                sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
-                if name == base.name and all(sink.is_complete(msg.vkey, k.key) for k in base.suites.parts()):
-                    give_reference(msg.vkey)
-            elif isinstance(msg, Files):
-                unpack(msg.files, workspace)
-            elif isinstance(msg, Done):
-                unpack(msg.files, workspace)
-                left.discard(name)
-                out = msg.outcome
-                if name in made and out.quantize_seconds is None:  # made by its own task, found made here
-                    out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
-                yield settled(name, out)
             elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                 left.discard(name)
-                yield settled(name, not_evaluated(name, "its Ray task ended without an outcome", reporter))
+                yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
             elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
                 left.discard(name)
-                yield settled(name, not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
-                                                        f"{str(msg.cause or msg).splitlines()[0]}", reporter))
+                yield not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
+                                          f"{str(msg.cause or msg).splitlines()[0]}", reporter)
             elif isinstance(msg, Exception):  # its worker or node was lost
                 ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
                 why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
@@ -451,12 +419,18 @@ class RayExecutor:
                     submit(by_name[name])
                 else:
                     left.discard(name)
-                    yield settled(name, not_evaluated(
-                        name, f"lost its worker {k} times, the last on {where or 'a node'} ({why})", reporter))
+                    yield not_evaluated(name, f"lost its worker {k} times, the last on {where or 'a node'} ({why})",
+                                        reporter)
+            elif (out := merge(msg, where)) is not None:  # the unit's last message: its outcome
+                left.discard(name)
+                if name in made and out.quantize_seconds is None:  # made by its own task, found made here
+                    out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
+                yield out
 
-    def _over_budget(self, ray, t0, left, node, gens, by_name, attempt, reporter) -> Iterator["VariantOutcome"]:
-        """Past max_seconds, variants not yet placed on a node are not started (as the local executor does)."""
-        if self.max_seconds is None or time.monotonic() - t0 <= self.max_seconds:
+    def _over_budget(self, ray, budget: Budget, left, node, gens, by_name, attempt,
+                     reporter) -> Iterator["VariantOutcome"]:
+        """Once the budget is spent, variants not yet placed on a node are not started (as the local executor)."""
+        if not budget.spent():
             return
         for name in sorted(left - set(node)):
             if by_name[name].role == "baseline":
@@ -465,4 +439,4 @@ class RayExecutor:
                 ray.cancel(gens[name], force=True)
             left.discard(name)
             attempt[name] = -1
-            yield budget_spent(name, self.max_seconds, reporter)
+            yield budget.skipped(name, reporter)

@@ -26,9 +26,9 @@ from ..quantize.describe import describe_checkpoint
 from ..store import Record
 from .leases import Guard, unguarded
 from ..suites.base import Part
-from .monitor import Monitor, Pending, Reference
+from .monitor import Monitor
 from .plan import UNQUANTIZED, VariantPlan, variant_key
-from .sink import RecordSink
+from .sink import Pending, RecordSink, Reference
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A variant's run where the driver is not: its records and notices become a stream of messages.
+"""A variant's run where the driver is not: its records and notices become a stream of messages, and the
+driver merges them (Merge) into its sink, its reporter and the run's folder.
 
 What runs on a worker node (a Ray task) is `run_variant` itself, with a sink and a reporter that send
 everything to the driver as it happens: the driver, the only writer of the campaign's store, merges the
@@ -20,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from ..engines.process import pid_alive
 from ..errors import MissingEnvError, QuantizeError
@@ -29,8 +30,11 @@ from ..settings import Settings
 from ..store import Record, ResultsStore
 from .leases import Guard, unguarded
 from .plan import VariantPlan
-from .sink import Stored
+from .sink import RecordSink, Stored
 from .variant import VariantOutcome, make_checkpoint, run_variant
+
+if TYPE_CHECKING:
+    from ..progress import Reporter
 
 # what a worker sends back besides records: the variant's files the driver keeps in its run folder
 SHIPPED = ("probe", "grid", "logs")
@@ -88,6 +92,36 @@ class Made:
 
 
 Message = Union[Log, Stage, Begin, Put, Complete, Files, Done, Made]
+
+
+class Merge:
+    """The stream's driver side: each message a unit of work sends, into the driver's sink (the store's one
+    writer), its reporter and the run's folder. Every executor whose units run elsewhere merges through it,
+    so what the stream means is written once, beside what sends it."""
+
+    def __init__(self, sink: "RecordSink", reporter: "Reporter", workspace: Path):
+        self.sink, self.reporter, self.workspace = sink, reporter, workspace
+
+    def __call__(self, msg: Message, where: str = "") -> VariantOutcome | None:
+        """Merge one message; the outcome where it is the unit's last (Done). `where`: the node it runs on."""
+        if isinstance(msg, Log):
+            self.reporter.log(msg.text)
+        elif isinstance(msg, Stage):
+            self.reporter.log(f"{msg.text} ... [{where}]" if where else f"{msg.text} ...")
+        elif isinstance(msg, Begin):
+            self.sink.begin(msg.started)
+        elif isinstance(msg, Put):
+            self.sink.put(msg.vkey, msg.skey, msg.variant, msg.suite, msg.records)
+        elif isinstance(msg, Complete):
+            self.sink.mark_complete(msg.vkey, msg.skey, msg.n_items)
+        elif isinstance(msg, Files):
+            unpack(msg.files, self.workspace)
+        elif isinstance(msg, Done):
+            unpack(msg.files, self.workspace)
+            return msg.outcome
+        else:
+            raise TypeError(f"not a message of a variant's stream: {type(msg).__name__}")
+        return None
 
 
 class StreamSink:

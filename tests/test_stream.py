@@ -13,7 +13,7 @@ from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.executor import LocalExecutor
 from qeval.pipeline.leases import LeaseBook, overlaps
 from qeval.pipeline.plan import plan
-from qeval.pipeline.remote import Begin, Complete, Done, Put, variant_stream
+from qeval.pipeline.stream import Begin, Complete, Done, Put, variant_stream
 from qeval.pipeline.sink import Stored
 from qeval.pipeline.sink import StoreSink
 from qeval.progress import PlainReporter
@@ -125,7 +125,7 @@ def test_a_lost_holders_leases_are_given_back():
 
 def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_sent(tmp_path):
     """Sequential gates read scores: a variant's task resubmitted after a lost worker gets the merged records."""
-    from qeval.pipeline.remote import StreamSink
+    from qeval.pipeline.stream import StreamSink
     from qeval.store import Record
 
     with ResultsStore(tmp_path / "s.sqlite") as store:
@@ -141,7 +141,7 @@ def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_se
 def test_logs_reach_the_driver_at_each_step_so_a_cut_task_keeps_them(tmp_path):
     """A task cut part way sends no Done: the logs of the steps it finished came before, each step's changed
     logs once (the engine's log of the start, again once the suites have added to it)."""
-    from qeval.pipeline.remote import Files, Stage
+    from qeval.pipeline.stream import Files, Stage
 
     plans, settings = _plans(tmp_path)
     msgs = []
@@ -168,7 +168,7 @@ def test_a_node_sweeps_the_workspaces_its_killed_tasks_left_and_no_other(tmp_pat
     import subprocess
     import sys
 
-    from qeval.pipeline.remote import node_workspace
+    from qeval.pipeline.stream import node_workspace
 
     settings = Settings.from_env({"QEVAL_CACHE": str(tmp_path / "cache")})
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
