@@ -127,17 +127,17 @@ def test_the_demo_on_an_avx2_cpu_simulates_its_w4a16_variants_and_keeps_the_othe
     """The same campaign file on both kinds: on AVX2 GPTQ and AWQ are planned simulated (the reason in the
     plan, simulate true in the quantizer's key); on AVX-512 nothing is, and their quantizer keys are the ones
     the campaign had before the knob (cached checkpoints stay)."""
-    from qeval.pipeline.plan import simulation, simulated
+    from qeval.pipeline.plan import served_dequantized, simulate_resolved
 
     cfg = load_config(ROOT / "examples" / "demo.yaml")
     base = tmp_path / "base"
     amd, spr = Campaign(cfg, Settings(cache=tmp_path, cpu=cpu(EPYC, tmp_path))), Campaign(
         cfg, Settings(cache=tmp_path, cpu=cpu(SAPPHIRE, tmp_path)))
-    assert simulation(cfg, spr.settings) == {}
-    on_avx2 = simulation(cfg, amd.settings)
+    assert served_dequantized(cfg, spr.settings) == {}
+    on_avx2 = served_dequantized(cfg, amd.settings)
     assert set(on_avx2) == {"gptq-w4a16", "awq-w4a16"} and all("cpu_gemm_wna16" in w for w in on_avx2.values())
     for v in cfg.variants:
-        native, sim = simulated(v, None), simulated(v, on_avx2.get(v.name))
+        native, sim = simulate_resolved(v, None), simulate_resolved(v, on_avx2.get(v.name))
         q = quantizer_for(v.method, runtime=amd.settings.llmc)  # its spec is what its cache key hashes, beside the base, tool and worker
         if v.name in on_avx2:
             assert sim.recipe.simulate is True and q.spec(base, sim)["simulate"] is True

@@ -165,7 +165,7 @@ class VllmEngine(EngineBase):
         if simulate is True:
             return None  # dequantized weights: a dense checkpoint, which every device serves
         why = cls.no_kernel(spec, variant, cpu)
-        if why:  # auto simulates it (plan.simulation)
+        if why:  # auto simulates it (plan.served_dequantized)
             return None if simulate == "auto" else (
                 f"{why}: leave recipe.simulate at auto (or true) to judge the scheme's quality on its dequantized "
                 "weights here, or serve it on a GPU" + (" or an AVX-512 CPU" if "_C_AVX2" in why else ""),

