@@ -1,5 +1,5 @@
 """The campaign file: the model, the variants, and each component's own spec composed into one
-CampaignConfig, validated at the boundary (errors name the file, the line and the key: qeval/specs.py).
+CampaignConfig, validated at the boundary (errors name the file, the line and the key: qeval/validation.py).
 
 The components' specs live beside them and are re-exported here for callers that import them from here."""
 
@@ -23,7 +23,7 @@ from .methods import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
 from .quantize.spec import RecipeSpec
-from .specs import (Name, Strict, format_validation, known_keys, line_of, non_defaults, parse_model, read_yaml,
+from .validation import (Name, Strict, format_validation, known_keys, line_of, non_defaults, parse_model, read_yaml,
                     relocated)
 from .suites.spec import (CustomSuiteRef, GenerationSpec, LmEvalSuiteRef, LogprobsSuiteRef,
                           SuiteRef)

@@ -176,7 +176,7 @@ def _kinds(family: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
 
 
 def _is_family(model: type[BaseModel]) -> bool:
-    from qeval.specs import Kinded
+    from qeval.validation import Kinded
 
     return issubclass(model, Kinded) and bool(_kinds(model))
 

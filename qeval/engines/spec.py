@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..specs import Kinded, known_keys
+from ..validation import Kinded, known_keys
 from .registry import ENGINES
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from ..registry import Registry
-from ..specs import Kinded
+from ..validation import Kinded
 
 # the built-ins by module name: imported only when a campaign names their kind (Ray's is an optional dependency)
 EXECUTORS = Registry("executor", entry_point_group="qeval.executors",

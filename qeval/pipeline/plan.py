@@ -19,7 +19,7 @@ from ..hardware import DtypeChoice, choose_dtype
 from ..hashing import key_hash
 from ..methods import WEIGHT_ONLY
 from ..settings import Settings
-from ..specs import non_defaults
+from ..validation import non_defaults
 from ..suites.base import Part, Suite, tally_text
 from ..verdict.noise import SUFFIX as NOISE_SUFFIX
 from ..verdict.policy import GatePolicy

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from ..specs import Name, Strict, non_defaults
+from ..validation import Name, Strict, non_defaults
 
 
 class ProbeSpec(Strict):

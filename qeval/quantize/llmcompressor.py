@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..hashing import content_hash
-from ..specs import non_defaults
+from ..validation import non_defaults
 from .base import QUANTIZERS, QuantizeTarget
 from .worker import WORKERS, WorkerQuantizer
 

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..methods import PRESETS, integer_weights_only
-from ..specs import Strict
+from ..validation import Strict
 
 
 class CalibrationSpec(Strict):

@@ -17,7 +17,7 @@ from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
 from ..hashing import file_hash, key_hash, stable_hash
 from ..metrics import MetricSpec, continuous, indicator
-from ..specs import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
+from ..validation import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
 from ..store import Record
 from .base import ItemSuite, Part, SuiteRun, run_items
 from .scorers import Scorer, build_scorer

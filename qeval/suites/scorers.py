@@ -18,7 +18,7 @@ from pydantic import Field
 
 from ..errors import ConfigError
 from ..registry import Registry
-from ..specs import Kinded
+from ..validation import Kinded
 
 
 class Scorer(Protocol):

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from ..errors import ConfigError
 from ..registry import Registry
-from ..specs import Kinded, Name, Strict
+from ..validation import Kinded, Name, Strict
 
 if TYPE_CHECKING:
     from ..verdict.policy import GatePolicy

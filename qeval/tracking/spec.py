@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..specs import Name, Strict
+from ..validation import Name, Strict
 
 
 def default_tracking_uri(output_dir: Path) -> str:

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from ..record import Comparison
 from ..record_models import FloorFigure, FloorNote
-from ..specs import Strict
+from ..validation import Strict
 
 SUFFIX = "-aa"  # the A/A evaluation's name: the baseline's, with this after it
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ..specs import Strict
+from ..validation import Strict
 
 
 class SequentialSpec(Strict):
