@@ -152,6 +152,7 @@ def test_sigterm_to_the_driver_cancels_its_tasks_and_their_engines_on_the_cluste
     took = time.monotonic() - t0
     assert took < 10, took
     live.assert_gone(timeout=1)
+    print(f"SIGTERM on a cluster the run did not start: exit 143 after {took:.2f} s")
     rec = json.loads((run_dir / "run.json").read_text())
     assert not rec["finished_at"] and "partial" in {v["status"] for v in rec["variants"]}, rec["variants"]
     assert all(rec["verdicts"][v] == "NOT_EVALUATED" for v in rec["verdicts"] if v not in _finished(rec))
