@@ -227,3 +227,26 @@ def test_a_signal_inside_ray_init_reaches_the_process_handler_and_the_cluster_is
         _check(fake, monkeypatch)
     assert stopped.value.args == (sig,) and fake.shut
     assert signal.getsignal(signal.SIGTERM) is own_handler
+
+
+def test_an_interrupted_ray_run_cancels_each_task_by_force_and_waits_for_its_end():
+    """What the driver does on an interrupt, whoever owns the cluster (a notebook's connection outlives the run,
+    and its tasks would run on): every task still running cancelled by force, each stream's end awaited."""
+    import queue
+    import threading
+
+    from qeval.pipeline.ray_exec import CANCEL_WAIT_S, _cancel
+
+    ended: queue.Queue = queue.Queue()
+    cancelled = []
+
+    class Ray:
+        def cancel(self, gen, force: bool) -> None:
+            cancelled.append((gen, force))
+            threading.Timer(0.3, ended.put, args=((gen, RuntimeError("cancelled")),)).start()  # its stream's end
+
+    ended.put((("w3", 1), "a record still under way"))  # not an end: waited past
+    t0 = time.monotonic()
+    _cancel(Ray(), {("w3", 1): ("w3", 1), ("same", 1): ("same", 1)}, ended)
+    assert cancelled == [(("w3", 1), True), (("same", 1), True)]
+    assert 0.3 <= time.monotonic() - t0 < CANCEL_WAIT_S and ended.empty()

@@ -130,7 +130,7 @@ def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(l
 def test_sigterm_to_the_driver_cancels_its_tasks_and_their_engines_on_the_cluster(cluster, spawn, tmp_path):
     """SIGTERM to `qeval run` while variants run on both nodes of a cluster it did not start: exit 143 within
     10 s, the record written; the workers that ran its tasks and the engines they started are gone with it
-    (force-cancelled), while the cluster itself runs on."""
+    (force-cancelled; Ray also ends a finished driver's workers), while the cluster itself runs on."""
     config = _on_ray(_campaign(tmp_path, token_delay_s=0.05), f'{{kind: ray, address: "{cluster.address}"}}')
     out = tmp_path / "out.log"
     proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
@@ -151,7 +151,7 @@ def test_sigterm_to_the_driver_cancels_its_tasks_and_their_engines_on_the_cluste
     assert proc.wait(timeout=30) == 143, out.read_text()[-3000:]
     took = time.monotonic() - t0
     assert took < 10, took
-    live.assert_gone(timeout=1)
+    live.assert_gone(timeout=0.5)  # gone with the driver, not some time later
     print(f"SIGTERM on a cluster the run did not start: exit 143 after {took:.2f} s")
     rec = json.loads((run_dir / "run.json").read_text())
     assert not rec["finished_at"] and "partial" in {v["status"] for v in rec["variants"]}, rec["variants"]
