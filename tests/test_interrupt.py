@@ -120,9 +120,11 @@ def test_a_signal_mid_variant_stops_every_process_and_writes_the_record(executor
     from tests.test_pipeline_fake import N, _campaign, _rows
 
     config = _campaign(tmp_path, token_delay_s=0.002)
-    # w3 slow: on Ray the variants run beside the baseline, and the signal must land in w3's suite after the
-    # baseline is done
-    write_checkpoint(tmp_path / "ck" / "w3", FakeEngineSpec(answers=[Path("../../facts.jsonl")], token_delay_s=0.2))
+    # the variants slow: on Ray they run beside the baseline, and the signal must land in w3's suite after the
+    # baseline is done, with neither variant done
+    for name, model in (("w3", "fake"), ("same", "same")):
+        write_checkpoint(tmp_path / "ck" / name, FakeEngineSpec(model=model, answers=[Path("../../facts.jsonl")],
+                                                                token_delay_s=0.2))
     # no probe: on Ray the baseline's would wait for the device w3's suites hold, and be done only after them
     config.write_text(config.read_text().replace("probe: {enabled: true", "probe: {enabled: false").replace(
         "mlflow: {enabled: false}", f"mlflow: {{enabled: false}}\nexecutor: {executor}"))
