@@ -165,6 +165,7 @@ def test_a_signal_mid_variant_stops_every_process_and_writes_the_record(executor
     assert [(s.suite, s.n) for s in base.suites] == [("custom/facts", N), ("custom/sums", N)]
     print(f"{executor} {signal.Signals(sig).name}: exit {cli.returncode} after {took:.2f} s")
 
+
 def _status(run_dir: Path) -> dict[str, str]:
     try:
         return {v["name"]: v["status"] for v in json.loads((run_dir / "run.json").read_text())["variants"]}
