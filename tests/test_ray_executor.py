@@ -33,8 +33,10 @@ def cluster(tmp_path_factory):
     # GPUs declared, not present: the head one, the worker two (for the tensor-parallel test)
     c = Cluster(tmp_path_factory.mktemp("ray")).start(workers=1, gpus={"head": 1, "worker1": 2})
     yield c
-    live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
-    c.stop()
+    try:
+        live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
+    finally:
+        c.stop()
     live.assert_gone()
 
 
@@ -97,8 +99,9 @@ def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, l
 def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(local_run, spawn, tmp_path):
     """Its own cluster: this test takes a node away."""
     c = Cluster(tmp_path / "ray").start(workers=1)
-    live = sees(c.processes, "raylet", "gcs_server")
+    live = None
     try:
+        live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
         config = _on_ray(_campaign(tmp_path, token_delay_s=0.01), f'{{kind: ray, address: "{c.address}"}}')
         out = tmp_path / "out.log"
         proc = spawn([*c.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
@@ -124,7 +127,8 @@ def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(l
         assert merged >= N // 2 and _rows(run_dir, worker) == 2 * N
     finally:
         c.stop()
-        live.assert_gone()
+        if live is not None:
+            live.assert_gone()
 
 
 def test_sigterm_to_the_driver_cancels_its_tasks_and_their_engines_on_the_cluster(cluster, spawn, tmp_path):
