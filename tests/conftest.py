@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -63,6 +64,43 @@ def marked(token: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return out
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a search for processes found while they ran (see `sees`): the proof that the same search, run
+    again afterwards, would see them still there."""
+
+    find: Callable[[], list[psutil.Process]]
+    procs: tuple[psutil.Process, ...]
+
+    def assert_gone(self, timeout: float = 5) -> None:
+        """Every process seen, and every one the search finds now, has exited (within `timeout`)."""
+        left = wait_gone([*self.procs, *self.find()], timeout)
+        assert not left, f"still running: {describe(left)}"
+
+
+def sees(find: Callable[[], list[psutil.Process]], *kinds: str) -> Seen:
+    """The positive control of a "nothing left running" check: the search, run while the processes live, must
+    find one of each kind (a part of its command line: "fake_server.py", "raylet"); else a check that they are
+    gone afterwards would pass however the search failed (the marker not reaching a server, say).
+    `sees(find, kind).assert_gone()` is the whole check."""
+    found = find()
+    missing = [k for k in kinds if not any(k in _cmdline(p) for p in found)]
+    assert found and not missing, f"the search sees no {missing or 'process'} while they run, among {describe(found)}"
+    return Seen(find, tuple(found))
+
+
+def sees_marked(token: str, *kinds: str) -> Seen:
+    """`sees` with the search for what a spawned process (or a test's own marked environment) started."""
+    return sees(lambda: marked(token), *kinds)
 
 
 def kill_tree(proc: subprocess.Popen, token: str) -> None:

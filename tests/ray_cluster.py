@@ -188,6 +188,10 @@ class Cluster:
         active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
         return sum(1 for line in active.splitlines() if line.strip().startswith("1 node_")), said
 
+    def processes(self) -> list[psutil.Process]:
+        """Every process of every node (its raylet, object store, workers, what their tasks started)."""
+        return [p for node in self.nodes for p in marked(node.token)]
+
     def stop(self) -> list[psutil.Process]:
         """Every process of every node (SIGKILL: nothing of a test cluster needs a clean stop), then the
         namespace; what is left (nothing, unless a process escaped)."""

@@ -18,13 +18,15 @@ def test_a_failing_test_leaves_no_process_behind(tmp_path):
     inner = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                             str(ROOT / "tests" / "leftovers_inner.py")], cwd=ROOT, capture_output=True, text=True,
                            env={**_env(), "PIDS_FILE": str(pids_file)}, timeout=300)
-    assert inner.returncode == 1 and "failing on purpose" in inner.stdout, inner.stdout[-3000:] + inner.stderr
+    # failing on purpose, and only after it saw both processes running (tests/leftovers_inner.py)
+    assert inner.returncode == 1 and "AssertionError: failing on purpose" in inner.stdout, \
+        inner.stdout[-3000:] + inner.stderr
     child, server = (int(x) for x in pids_file.read_text().split())
     procs = []
     for pid in (child, server):
         try:
             procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
+        except psutil.NoSuchProcess:  # gone: as it should be
             continue
     left = wait_gone(procs, timeout=5)
     try:

@@ -18,7 +18,7 @@ from qeval.config import load_config
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
-from tests.conftest import MARK, marked, wait_gone
+from tests.conftest import MARK, Seen, sees_marked
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites" / "custom"
@@ -70,7 +70,7 @@ class Ran:
     config: Path
     result: CampaignResult
     lines: list[str]  # what the run logged
-    leftovers: list  # processes of the run's servers still alive after it
+    live: Seen  # the run's servers as the search for them saw them while one served
 
     def variant(self, name: str):
         return next(v for v in self.result.record.variants if v.name == name)
@@ -88,11 +88,19 @@ def ran(tmp_path_factory) -> Ran:
     config = _write_campaign(root)
     lines: list[str] = []
     token = uuid.uuid4().hex  # in every server's environment: what is left of them after the run
+    seen: list[Seen] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if not seen and line.startswith("[q2] custom/capitals"):  # its server up, serving the suite
+            seen.append(sees_marked(token, "fake_server.py"))
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(MARK, token)
         result = campaign.run(load_config(config), Settings(cache=root / "cache"),
-                              reporter=PlainReporter(lines.append), config_file=str(config))
-    return Ran(root, config, result, lines, wait_gone(marked(token), timeout=5))
+                              reporter=PlainReporter(log), config_file=str(config))
+    assert seen, "no [q2] custom/capitals line: the search never looked while a server ran"
+    return Ran(root, config, result, lines, seen[0])
 
 
 def _answered(log: str) -> list[int]:
@@ -152,7 +160,7 @@ def test_a_slow_start_within_the_bound_works_and_beyond_it_is_not_evaluated(ran)
 
 
 def test_no_server_outlives_the_run(ran):
-    assert ran.leftovers == []
+    ran.live.assert_gone()
 
 
 def test_finish_gives_the_same_verdicts_from_the_store_serving_nothing(ran):

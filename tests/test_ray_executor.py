@@ -8,20 +8,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.pipeline.leases import overlaps
-from tests.conftest import kill_tree
+from tests.conftest import kill_tree, sees
 from tests.ray_cluster import QUIET, Cluster, free_port
 from tests.test_pipeline_fake import N, _campaign, _records, _rows, _suites, _verdicts
 
 QEVAL = [sys.executable, "-m", "qeval.cli"]
+
+pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +33,11 @@ def cluster(tmp_path_factory):
     # GPUs declared, not present: the head one, the worker two (for the tensor-parallel test)
     c = Cluster(tmp_path_factory.mktemp("ray")).start(workers=1, gpus={"head": 1, "worker1": 2})
     yield c
-    left = c.stop()
-    assert left == [], f"Ray processes left behind: {left}"
+    try:
+        live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
+    finally:
+        c.stop()
+    live.assert_gone()
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,9 @@ def test_a_campaign_on_two_nodes_gives_the_local_records_and_verdicts(cluster, l
 def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(local_run, spawn, tmp_path):
     """Its own cluster: this test takes a node away."""
     c = Cluster(tmp_path / "ray").start(workers=1)
+    live = None
     try:
+        live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
         config = _on_ray(_campaign(tmp_path, token_delay_s=0.01), f'{{kind: ray, address: "{c.address}"}}')
         out = tmp_path / "out.log"
         proc = spawn([*c.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
@@ -117,7 +126,52 @@ def test_a_worker_node_killed_mid_variant_is_run_again_from_the_merged_records(l
         assert _verdicts(run_dir) == _verdicts(local_run)
         assert merged >= N // 2 and _rows(run_dir, worker) == 2 * N
     finally:
-        assert c.stop() == []
+        c.stop()
+        if live is not None:
+            live.assert_gone()
+
+
+def test_sigterm_to_the_driver_cancels_its_tasks_and_their_engines_on_the_cluster(cluster, spawn, tmp_path):
+    """SIGTERM to `qeval run` while variants run on both nodes of a cluster it did not start: exit 143 within
+    10 s, the record written; the workers that ran its tasks and the engines they started are gone with it
+    (force-cancelled; Ray also ends a finished driver's workers), while the cluster itself runs on."""
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.05), f'{{kind: ray, address: "{cluster.address}"}}')
+    out = tmp_path / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    run_dir = tmp_path / "runs" / "p"
+    deadline = time.monotonic() + 180
+    while len(_nodes(out.read_text())) < 2 or not all(_rows(run_dir, v) for v in _nodes(out.read_text())):
+        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+        time.sleep(0.05)
+
+    def runs() -> list[psutil.Process]:  # the engines on the nodes, and the workers running qeval's tasks
+        return [p for p in cluster.processes() if any(
+            "fake_server.py" in a or a.startswith("ray::qeval") for a in _args(p))]
+
+    live = sees(runs, "fake_server.py", "ray::qeval")
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert proc.wait(timeout=30) == 143, out.read_text()[-3000:]
+    took = time.monotonic() - t0
+    assert took < 10, took
+    live.assert_gone(timeout=0.5)  # gone with the driver, not some time later
+    print(f"SIGTERM on a cluster the run did not start: exit 143 after {took:.2f} s")
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert not rec["finished_at"] and "partial" in {v["status"] for v in rec["variants"]}, rec["variants"]
+    assert all(rec["verdicts"][v] == "NOT_EVALUATED" for v in rec["verdicts"] if v not in _finished(rec))
+    assert sum("raylet" in " ".join(_args(p)) for p in cluster.processes()) == len(cluster.nodes)  # runs on
+
+
+def _args(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline() or [""]
+    except psutil.Error:
+        return [""]
+
+
+def _finished(rec: dict) -> set[str]:
+    return {v["name"] for v in rec["variants"] if v["status"] == "ok"}
 
 
 def test_a_variant_no_node_can_hold_is_refused_before_anything_is_written(cluster, tmp_path):

@@ -26,7 +26,7 @@ from qeval.report import html, markdown
 from qeval.settings import Settings
 from qeval.suites.logprobs import LogprobsSuite, chunk_record
 from qeval.tracking.mlflow import grid_metrics, metric_name, probe_history, variant_metrics
-from tests.conftest import MARK, marked, wait_gone
+from tests.conftest import MARK, sees_marked
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = sorted((ROOT / "tests" / "fixtures" / "records").glob("*.json"))
@@ -124,13 +124,14 @@ def test_the_probe_and_grid_as_produced_reach_the_record_typed_and_as_written(tm
     served, alone = engine("logs"), engine("logs-2")
     try:
         with served as ep:
+            live = sees_marked(token, "fake_server.py")  # the search below sees the server while it runs
             swept = run_probe(probe, ep)
             save_row(on.path, run_row(on, cell_probe(spec, probe), ep, served))
         save_row(own.path, serve_row(own, cell_probe(spec, probe), alone))
     finally:
         served.stop(grace_s=2)
         alone.stop(grace_s=2)
-    assert wait_gone(marked(token), timeout=5) == []
+    live.assert_gone()
 
     stored = tmp_path / "probe.json"
     stored.write_text(json.dumps(swept.to_json()))  # as pipeline/variant.py writes it

@@ -38,9 +38,10 @@ def _die_with_parent() -> None:
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT / SIGTERM wait until the block ends: raised inside Popen after its fork, they would leave a child
-    nobody holds (it ran on, the campaign gone). Handlers run in the main thread only: another thread needs none."""
+def signals_held() -> Iterator[None]:
+    """SIGINT / SIGTERM wait until the block ends, then reach the handlers the process had before it (also where
+    code inside the block replaced them): raised inside Popen after its fork, they would leave a child nobody
+    holds (it ran on, the campaign gone). Handlers run in the main thread only: another thread needs none."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -98,7 +99,7 @@ class ServerProcess:
         is held until the child is ours, then ends it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with self.log_path.open("ab") as log, _signals_held():
+            with self.log_path.open("ab") as log, signals_held():
                 self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              preexec_fn=_die_with_parent)

@@ -15,14 +15,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import signal
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 from pydantic import Field
 
+from ..engines.process import INTERRUPT_GRACE_S, is_alive, signals_held
 from ..errors import ConfigError, MissingEnvError, QevalError
 from ..executors.spec import EXECUTORS, ExecutorSpec
 from .executor import Budget, not_evaluated
@@ -30,10 +33,12 @@ from .executor import Budget, not_evaluated
 if TYPE_CHECKING:
     from ..progress import Reporter
     from .plan import VariantPlan
-    from .sink import StoredSink
+    from .sink import DriverSink
     from .variant import VariantOutcome
 
 TO_DRIVER = ("probe", "grid")  # the driver's files a worker reads to skip what is done (never its logs)
+# after a force cancel, how long the driver waits to see each task's stream end (its worker gone)
+CANCEL_WAIT_S = INTERRUPT_GRACE_S
 
 
 class RayExecutorSpec(ExecutorSpec):
@@ -179,6 +184,48 @@ def _pump(ray, gen, tag: tuple[str, int], q: queue.Queue) -> None:
         q.put((tag, e))
 
 
+def _cancel(ray, gens: dict[tuple[str, int], Any], q: queue.Queue) -> None:
+    """Stop tasks still running (an interrupt, or the campaign gone): each is cancelled by force, which ends its
+    worker process; the engines it started end with it (their parent-death signal and guardian). Their streams'
+    ends are awaited, bounded, so no task is still running when the driver goes on to write the record."""
+    for gen in gens.values():
+        try:
+            ray.cancel(gen, force=True)
+        except Exception:  # noqa: BLE001 (a task that ended meanwhile)
+            pass
+    waiting, deadline = set(gens), time.monotonic() + CANCEL_WAIT_S
+    while waiting and time.monotonic() < deadline:
+        try:
+            tag, msg = q.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if msg is None or isinstance(msg, Exception):  # the stream's end (a cancelled task ends in an error)
+            waiting.discard(tag)
+
+
+def _descendants() -> list:
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _end(procs: list, within_s: float) -> None:
+    """Wait for the processes to exit, at most `within_s`; SIGKILL the ones still running then."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while (alive := [p for p in procs if is_alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
 def _write_leases(workspace: Path, history: list[dict]) -> None:
     """Every lease of the run, next to its record: the evidence that no probe overlapped other work."""
     import json
@@ -199,6 +246,7 @@ class RayExecutor:
         self.spec: RayExecutorSpec = spec if isinstance(spec, RayExecutorSpec) else RayExecutorSpec()
         self.max_seconds = max_seconds
         self._ray, self._own = None, False  # connected by check(), let go after run()
+        self._before: set[int] = set()  # this process's descendants before it started a cluster of its own
 
     # -- what each variant asks -------------------------------------------------------------
     def demand(self, plan: "VariantPlan") -> Demand:
@@ -261,9 +309,9 @@ class RayExecutor:
         """Before anything is written: each variant's demand valid, the cluster reached, some node able to hold
         it. Returns the demands."""
         demands = {p.name: self.demand(p) for p in plans}
-        if self._ray is None:
-            self._ray, self._own = self._connect()
         try:
+            if self._ray is None:
+                self._connect()
             self._check_fits(self._ray, demands)
         except BaseException:
             self._let_go()
@@ -271,31 +319,49 @@ class RayExecutor:
         return demands
 
     def _let_go(self) -> None:
-        if self._own and self._ray is not None:
-            self._ray.shutdown()
-        self._ray = None
+        """Disconnect; a cluster started for this run is shut down, and every process it started (its workers,
+        the engines their tasks started) has ended when this returns."""
+        ray, self._ray = self._ray, None
+        if self._own and ray is not None:
+            started = [p for p in _descendants() if p.pid not in self._before]
+            ray.shutdown()
+            _end(started, INTERRUPT_GRACE_S)
 
-    def _connect(self):
-        """Connect (or start `local`); returns ray and whether this run must shut it down."""
+    def _connect(self) -> None:
+        """Connect (or start `local`): sets self._ray, and self._own where this run must shut it down.
+
+        ray.init puts a SIGTERM handler of its own (sys.exit(15)) in place of the one the process had, and a
+        SIGTERM would then end `qeval run` without its record or its exit code 143: the process's handlers are
+        put back after it, and a SIGINT / SIGTERM that came meanwhile reaches them then."""
         ray = _ray()
         if ray.is_initialized():  # a notebook's own connection: used, left as it is
-            return ray, False
+            self._ray, self._own = ray, False
+            return
         address = self.spec.address
         target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
         if target not in ("", "local") and not target.startswith("ray://"):
             reachable(target, address)  # Ray itself retries an absent head for minutes
+        self._before = {p.pid for p in _descendants()}
         try:
-            if address == "local":
-                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-                         object_store_memory=self.spec.object_store_mb << 20, configure_logging=False)
-            else:
-                ray.init(address=address, log_to_driver=False, configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise QevalError(f"no Ray cluster reachable at {address!r}: {str(e).splitlines()[0]}") from None
-        return ray, True
+            with signals_held():
+                # set first: a signal held until the block ends finds a cluster to shut down
+                self._ray, self._own = ray, True
+                try:
+                    if address == "local":
+                        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                                 object_store_memory=self.spec.object_store_mb << 20, configure_logging=False)
+                    else:
+                        ray.init(address=address, log_to_driver=False, configure_logging=False)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise QevalError(f"no Ray cluster reachable at {address!r}: {str(e).splitlines()[0]}") from None
+        except SystemExit as e:  # a SIGTERM that came inside ray.init, after it put its own handler in place
+            if e.code != signal.SIGTERM:
+                raise
+            signal.raise_signal(signal.SIGTERM)  # now to the process's own handler
+            raise
 
     # -- the run ---------------------------------------------------------------------------------
-    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "StoredSink",
+    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "DriverSink",
             reporter: "Reporter") -> Iterator["VariantOutcome"]:
         try:
             demands = self.check(plans)
@@ -373,59 +439,63 @@ class RayExecutor:
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
 
-        for p in plans:
-            submit(p)
         left = set(by_name)
-        while left:
-            # checked at every turn: a busy stream must not hide a spent budget
-            yield from self._over_budget(ray, budget, left, node, gens, by_name, attempt, reporter)
-            if not left:
-                break
-            try:
-                (name, n), msg = q.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            if name not in left or n != attempt[name]:
-                continue  # what a lost attempt still sent, or a variant already settled
-            where = node[name].node if name in node else ""
-            if isinstance(msg, Placed):
-                node[name] = msg
-                what = "making its checkpoint" if name in makes and name not in made else "running"
-                again = lost.get(name, 0)
-                reporter.log(f"[{name}] {what} on {msg.node}" + (f" (attempt {again + 1})" if again else ""))
-            elif isinstance(msg, Made):
-                if msg.error is not None:
+        try:
+            for p in plans:
+                submit(p)
+            while left:
+                # checked at every turn: a busy stream must not hide a spent budget
+                yield from self._over_budget(ray, budget, left, node, gens, by_name, attempt, reporter)
+                if not left:
+                    break
+                try:
+                    (name, n), msg = q.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if name not in left or n != attempt[name]:
+                    continue  # what a lost attempt still sent, or a variant already settled
+                where = node[name].node if name in node else ""
+                if isinstance(msg, Placed):
+                    node[name] = msg
+                    what = "making its checkpoint" if name in makes and name not in made else "running"
+                    again = lost.get(name, 0)
+                    reporter.log(f"[{name}] {what} on {msg.node}" + (f" (attempt {again + 1})" if again else ""))
+                elif isinstance(msg, Made):
+                    if msg.error is not None:
+                        left.discard(name)
+                        yield VariantOutcome(name=name, status="error", error=msg.error, **msg.facts)
+                    else:
+                        made[name] = (node[name].node_id, msg.facts)
+                        node.pop(name, None)  # not started until its serving task is placed
+                        submit(by_name[name])
+                elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                     left.discard(name)
-                    yield VariantOutcome(name=name, status="error", error=msg.error, **msg.facts)
-                else:
-                    made[name] = (node[name].node_id, msg.facts)
-                    node.pop(name, None)  # not started until its serving task is placed
-                    submit(by_name[name])
-            elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
-                left.discard(name)
-                yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
-            elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
-                left.discard(name)
-                yield not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
-                                          f"{str(msg.cause or msg).splitlines()[0]}", reporter)
-            elif isinstance(msg, Exception):  # its worker or node was lost
-                ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
-                why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
-                lost[name] = k = lost.get(name, 0) + 1
-                if k <= self.spec.max_retries:
-                    reporter.log(f"[{name}] lost its worker on {where or 'a node'} ({why}); run again "
-                                 f"({k} of {self.spec.max_retries}), resuming from the merged records")
-                    node.pop(name, None)
-                    submit(by_name[name])
-                else:
+                    yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
+                elif isinstance(msg, ray.exceptions.RayTaskError):  # the task's own fault: a rerun repeats it
                     left.discard(name)
-                    yield not_evaluated(name, f"lost its worker {k} times, the last on {where or 'a node'} ({why})",
-                                        reporter)
-            elif (out := merge(msg, where)) is not None:  # the unit's last message: its outcome
-                left.discard(name)
-                if name in made and out.quantize_seconds is None:  # made by its own task, found made here
-                    out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
-                yield out
+                    yield not_evaluated(name, f"its Ray task failed on {where or 'a worker'}: "
+                                              f"{str(msg.cause or msg).splitlines()[0]}", reporter)
+                elif isinstance(msg, Exception):  # its worker or node was lost
+                    ray.get(book.release_all.remote(f"{name}#{n}"))  # what it held inside a stage
+                    why = f"{type(msg).__name__}: {str(msg).splitlines()[0] if str(msg) else ''}"
+                    lost[name] = k = lost.get(name, 0) + 1
+                    if k <= self.spec.max_retries:
+                        reporter.log(f"[{name}] lost its worker on {where or 'a node'} ({why}); run again "
+                                     f"({k} of {self.spec.max_retries}), resuming from the merged records")
+                        node.pop(name, None)
+                        submit(by_name[name])
+                    else:
+                        left.discard(name)
+                        yield not_evaluated(name, f"lost its worker {k} times, the last on {where or 'a node'} ({why})",
+                                            reporter)
+                elif (out := merge(msg, where)) is not None:  # the unit's last message: its outcome
+                    left.discard(name)
+                    if name in made and out.quantize_seconds is None:  # made by its own task, found made here
+                        out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
+                    yield out
+        except BaseException:  # Ctrl-C / SIGTERM, or the campaign gone: no task of this run runs on
+            _cancel(ray, {(n, attempt[n]): gens[n] for n in left if n in gens}, q)
+            raise
 
     def _over_budget(self, ray, budget: Budget, left, node, gens, by_name, attempt,
                      reporter) -> Iterator["VariantOutcome"]:

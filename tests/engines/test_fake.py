@@ -24,7 +24,7 @@ from qeval.probe.latency import run_probe
 from qeval.settings import Settings
 from qeval.suites.custom import load_suite, run_custom
 from qeval.suites.logprobs import LogprobsSuite, compare_chunks, perplexity, run_logprobs
-from tests.conftest import MARK, marked, wait_gone
+from tests.conftest import MARK, Seen, marked, sees_marked, wait_gone
 
 SUITES = Path(__file__).resolve().parents[2] / "suites" / "custom"
 ANSWERS = [SUITES / "capitals.jsonl", SUITES / "arithmetic.jsonl"]
@@ -35,22 +35,37 @@ TEXT = ("The standard library contains built-in modules that provide access to s
 @pytest.fixture
 def serve(tmp_path, monkeypatch):
     """`serve(name, spec, **engine) -> FakeEngine` (not started). Every server it starts carries a token in its
-    environment: at teardown every engine is stopped and no process with that token may be left."""
+    environment, and the search for that token sees it once started: at teardown every engine is stopped and
+    no process with that token may be left."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(MARK, token)
     engines: list[FakeEngine] = []
+    seen: list[Seen] = []
+
+    def seeing(engine: FakeEngine) -> FakeEngine:
+        start = engine.start
+
+        def start_and_see(*args, **kwargs):
+            out = start(*args, **kwargs)
+            seen.append(sees_marked(token, "fake_server.py"))
+            return out
+
+        engine.start = start_and_see  # `with engine` and a restart after a fault start through it too
+        return engine
 
     def _serve(name: str = "m", spec: FakeEngineSpec | None = None, **engine) -> FakeEngine:
         ck = write_checkpoint(tmp_path / "ck" / name, spec)
         v = VariantSpec(name=name, method="checkpoint", checkpoint=ck)
         e = build_engine("fake", v, ck, EngineSpec(kind="fake", **engine), Settings(cache=tmp_path), tmp_path / "logs")
         engines.append(e)
-        return e
+        return seeing(e)
 
     yield _serve
     for e in engines:
         e.stop(grace_s=2)
-    assert wait_gone(marked(token), timeout=5) == []
+    for live in seen:
+        live.assert_gone()
+    assert wait_gone(marked(token), timeout=5) == []  # also what a start that failed began
 
 
 @pytest.fixture

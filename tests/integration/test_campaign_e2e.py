@@ -7,12 +7,11 @@ import signal
 import sqlite3
 from pathlib import Path
 
-import psutil
 import pytest
 
 from qeval.record import RunRecord
 
-from ..conftest import describe, wait_gone
+from ..conftest import descendants, sees
 from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -57,12 +56,11 @@ def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_pa
     first = qeval(spawn, "run", str(cfg), log=tmp_path / "first.log")
     wait_for(lambda: count_records(db, "int8") >= 10, first, [tmp_path / "first.log", tmp_path / "runs"],
              "int8's first 10 records")
-    servers = [p for p in psutil.Process(first.pid).children(recursive=True)]
+    servers = sees(lambda: descendants(first.pid), "vllm.entrypoints")  # int8's server, seen running
     first.send_signal(signal.SIGKILL)
     first.wait()
     # the server dies with its parent (parent-death signal), even after a SIGKILL
-    alive = wait_gone(servers, timeout=60)
-    assert not alive, describe(alive)
+    servers.assert_gone(timeout=60)
     partial = count_records(db, "int8")
     assert 10 <= partial < sum(EXPECTED.values())
 

@@ -16,7 +16,7 @@ from qeval.engines.process import ORPHAN_GRACE_S
 from qeval.engines.vllm import VllmEngine
 from qeval.errors import EngineError
 
-from ..conftest import describe, descendants as _descendants, marked, wait_gone
+from ..conftest import describe, descendants as _descendants, sees_marked, wait_gone
 from .conftest import ROOT, qeval, wait_for
 
 pytestmark = pytest.mark.slow
@@ -128,6 +128,7 @@ def test_no_server_outlives_the_cli(spawn, sig, base_model, tmp_path):
     server = wait_for(lambda: _servers(cli.pid), cli, [log, tmp_path / "runs"], "the vLLM server to be spawned")
     time.sleep(5)  # let it get into model loading, with its own children
     tree = server + [c for p in server for c in _descendants(p.pid)]
+    live = sees_marked(cli.test_token, "vllm.entrypoints")  # the search below sees the server while it runs
     cli.send_signal(sig)
     t0 = time.monotonic()
     while cli.poll() is None and time.monotonic() - t0 < 10:
@@ -136,6 +137,6 @@ def test_no_server_outlives_the_cli(spawn, sig, base_model, tmp_path):
     if sig != signal.SIGKILL:
         assert cli.returncode == 128 + sig, log.read_text()[-3000:]
     alive = wait_gone(tree, timeout=10 if sig != signal.SIGKILL else 60)  # SIGKILL: the parent-death signal
-    # SIGKILL: the guardian then ends what is left of the group and exits (SIGTERM, SIGKILL after its grace)
-    alive += wait_gone(marked(cli.test_token), timeout=ORPHAN_GRACE_S + 5 if sig == signal.SIGKILL else 1)
     assert not alive, describe(alive)
+    # SIGKILL: the guardian then ends what is left of the group and exits (SIGTERM, SIGKILL after its grace)
+    live.assert_gone(timeout=ORPHAN_GRACE_S + 5 if sig == signal.SIGKILL else 1)

@@ -16,7 +16,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from ..conftest import describe, descendants, marked, wait_gone
+from ..conftest import describe, descendants, sees_marked, wait_gone
 from .conftest import ROOT, count_records, qeval, tiny_llama, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -55,24 +55,26 @@ def _has(pid: int, word: str) -> bool:
     return False
 
 
-# (stage, the log line that starts it, what else shows it is under way, the signal)
+# (stage, the log line that starts it, what else shows it is under way, the signal, a child running then)
 STAGES = [
     ("engine start", "[bf16] starting the vllm engine", lambda cli, db: _has(cli.pid, "vllm.entrypoints"),
-     signal.SIGINT),
-    ("custom suite", "[bf16] custom/arithmetic", lambda cli, db: count_records(db, "bf16") >= 3, signal.SIGTERM),
-    ("lm-eval", "[bf16] lm-eval", lambda cli, db: _has(cli.pid, "lm_eval"), signal.SIGINT),
-    ("probe", "[bf16] latency probe", lambda cli, db: True, signal.SIGTERM),
-    ("quantization", "[w4] quantizing", lambda cli, db: _has(cli.pid, "quantize_"), signal.SIGINT),
-    ("MLflow logging", "MLflow server up at", lambda cli, db: True, signal.SIGTERM),
+     signal.SIGINT, "vllm.entrypoints"),
+    ("custom suite", "[bf16] custom/arithmetic", lambda cli, db: count_records(db, "bf16") >= 3, signal.SIGTERM,
+     "vllm.entrypoints"),
+    ("lm-eval", "[bf16] lm-eval", lambda cli, db: _has(cli.pid, "lm_eval"), signal.SIGINT, "lm_eval"),
+    ("probe", "[bf16] latency probe", lambda cli, db: True, signal.SIGTERM, "vllm.entrypoints"),
+    ("quantization", "[w4] quantizing", lambda cli, db: _has(cli.pid, "quantize_"), signal.SIGINT, "quantize_"),
+    ("MLflow logging", "MLflow server up at", lambda cli, db: True, signal.SIGTERM, "mlflow"),
 ]
 
 
-def _interrupt(spawn, cfg: Path, log: Path, marker: str, under_way, sig: signal.Signals) -> float:
+def _interrupt(spawn, cfg: Path, log: Path, marker: str, under_way, sig: signal.Signals, child: str) -> float:
     run_dir = cfg.parent / "runs" / "stops"
     cli = qeval(spawn, "run", str(cfg), log=log)
     wait_for(lambda: marker in log.read_text() and under_way(cli, run_dir / "results.sqlite"), cli,
              [log, cfg.parent / "runs"], marker)
     tree = descendants(cli.pid)
+    live = sees_marked(cli.test_token, child)  # the search below sees what runs at this stage
     cli.send_signal(sig)
     t0 = time.monotonic()
     if sig == signal.SIGINT:  # Ctrl-C pressed twice: the second must not cut the clean-up short
@@ -84,8 +86,9 @@ def _interrupt(spawn, cfg: Path, log: Path, marker: str, under_way, sig: signal.
     text = log.read_text()
     assert took < BOUND_S, f"{took:.1f} s after {sig.name} at '{marker}':\n{text[-3000:]}"
     assert cli.returncode == 128 + sig, text[-3000:]
-    left = wait_gone(tree, timeout=1) + marked(cli.test_token)
+    left = wait_gone(tree, timeout=1)
     assert not left, describe(left)
+    live.assert_gone(timeout=0)
     return took
 
 
@@ -95,8 +98,8 @@ def test_interrupted_at_each_stage_stops_within_10_s_and_keeps_the_record(spawn,
     cfg = _config(tmp_path, model)
     record = tmp_path / "runs" / "stops" / "run.json"
     took = {}
-    for i, (stage, marker, under_way, sig) in enumerate(STAGES):
-        took[stage] = _interrupt(spawn, cfg, tmp_path / f"stop-{i}.log", marker, under_way, sig)
+    for i, (stage, marker, under_way, sig, child) in enumerate(STAGES):
+        took[stage] = _interrupt(spawn, cfg, tmp_path / f"stop-{i}.log", marker, under_way, sig, child)
         rec = RunRecord.load(record)
         status = {v.name: v.status for v in rec.variants}
         if stage == "MLflow logging":  # the campaign had finished: every verdict is there

@@ -16,14 +16,16 @@ from qeval.engines.process import ORPHAN_GRACE_S
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from ..conftest import describe, marked, wait_gone
+from ..conftest import describe, sees_marked, wait_gone
 from .conftest import ROOT, qeval, tiny_llama, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 
 # the stage's first log line, and how long after it the kill lands (all within the stage)
-KILL_POINTS = [("[bf16] starting the vllm engine", 3.0), ("[bf16] lm-eval", 4.0), ("[bf16] latency probe", 0.3),
-               ("[w4] quantizing", 2.0), ("MLflow server up at", 0.2)]
+# (the log line, how long after it, a child running then)
+KILL_POINTS = [("[bf16] starting the vllm engine", 3.0, "vllm.entrypoints"),
+               ("[bf16] lm-eval", 4.0, "vllm.entrypoints"), ("[bf16] latency probe", 0.3, "vllm.entrypoints"),
+               ("[w4] quantizing", 2.0, "quantize_"), ("MLflow server up at", 0.2, "mlflow")]
 
 
 def _config(tmp_path: Path, model: Path, out: Path) -> Path:
@@ -47,21 +49,22 @@ mlflow: {{server: true}}
     return cfg
 
 
-def _run(spawn, cfg: Path, log: Path, kill_at: tuple[str, float] | None) -> int | None:
+def _run(spawn, cfg: Path, log: Path, kill_at: tuple[str, float, str] | None) -> int | None:
     cli = qeval(spawn, "run", str(cfg), log=log)
     watch = [log, cfg.parent / cfg.stem]
     if kill_at is None:
         return wait_exit(cli, watch)
-    marker, delay = kill_at
+    marker, delay, child = kill_at
     wait_for(lambda: marker in log.read_text(), cli, watch, marker)
     time.sleep(delay)
     children = psutil.Process(cli.pid).children(recursive=True)
+    live = sees_marked(cli.test_token, child)  # the search below sees what runs at this point
     cli.send_signal(signal.SIGKILL)
     cli.wait()
     alive = wait_gone(children, timeout=60)  # servers and workers die with their parent (a zombie is gone)
-    # then each guardian ends what is left of its group and exits (SIGTERM, SIGKILL after its grace)
-    alive += wait_gone(marked(cli.test_token), timeout=ORPHAN_GRACE_S + 5)
     assert not alive, describe(alive)
+    # then each guardian ends what is left of its group and exits (SIGTERM, SIGKILL after its grace)
+    live.assert_gone(timeout=ORPHAN_GRACE_S + 5)
     return None
 
 

@@ -14,11 +14,12 @@ import sys
 
 import pytest
 
+from tests.conftest import sees
 from tests.integration.conftest import MODEL, ROOT
 from tests.ray_cluster import QUIET, Cluster
 from tests.test_ray_executor import _nodes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 QEVAL = [sys.executable, "-m", "qeval.cli"]
 
 
@@ -32,7 +33,9 @@ def _node_caches(root, settings) -> None:
 def test_real_servers_on_both_nodes(settings, engine_spec, spawn, tmp_path):
     _node_caches(tmp_path, settings)
     c = Cluster(tmp_path / "ray").start(workers=1)
+    live = None
     try:
+        live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
         cfg = tmp_path / "c.yaml"
         cfg.write_text(f"""
 name: rayreal
@@ -67,4 +70,6 @@ executor: {{kind: ray, address: "{c.address}"}}
             assert "Starting vLLM" in (run_dir / "logs" / f"engine-{v}.log").read_text() or \
                 (run_dir / "logs" / f"engine-{v}.log").stat().st_size > 0
     finally:
-        assert c.stop() == []
+        c.stop()
+        if live is not None:
+            live.assert_gone()

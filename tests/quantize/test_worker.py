@@ -61,9 +61,7 @@ def test_interrupted_quantizer_leaves_no_worker(spawn, tmp_path):
     import signal
     import time
 
-    import psutil
-
-    from tests.conftest import marked, wait_gone
+    from tests.conftest import sees_marked
 
     base, out, barrier = tmp_path / "base", tmp_path / "cache" / "v", tmp_path / "barrier"
     base.mkdir()
@@ -75,10 +73,12 @@ def test_interrupted_quantizer_leaves_no_worker(spawn, tmp_path):
     while not list(barrier.iterdir()):  # the worker is waiting for a second one that never comes
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.05)
-    workers = [psutil.Process(int(p.name)) for p in barrier.iterdir()]
+    workers = {int(p.name) for p in barrier.iterdir()}
+    live = sees_marked(proc.test_token, "barrier_worker.py")  # the search below sees the worker while it runs
+    assert workers <= {p.pid for p in live.procs}
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10 and proc.returncode != 0
-    assert not wait_gone(workers, timeout=5) and not marked(proc.test_token)
+    live.assert_gone()
     assert not (out / "config.json").exists() and not list(out.parent.glob(out.name + ".tmp-*"))
