@@ -330,6 +330,7 @@ class RayExecutor:
                 reporter) -> Iterator["VariantOutcome"]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from ..record import Measured
         from .monitor import Reference
         from .remote import Begin, Complete, Done, Files, Log, Made, Put, Stage, shipped_files, unpack
         from .variant import VariantOutcome
@@ -407,7 +408,8 @@ class RayExecutor:
             elif isinstance(msg, Made):
                 if msg.error is not None:
                     left.discard(name)
-                    yield settled(name, VariantOutcome(name=name, status="error", error=msg.error, **msg.facts))
+                    yield settled(name, VariantOutcome(name=name, status="error", error=msg.error,
+                                                       measured=Measured(**msg.facts)))
                 else:
                     made[name] = (node[name].node_id, msg.facts)
                     node.pop(name, None)  # not started until its serving task is placed
@@ -430,8 +432,9 @@ class RayExecutor:
                 unpack(msg.files, workspace)
                 left.discard(name)
                 out = msg.outcome
-                if name in made and out.quantize_seconds is None:  # made by its own task, found made here
-                    out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
+                if name in made and out.measured.quantize_seconds is None:  # made by its own task, found made here
+                    out = dataclasses.replace(out, measured=out.measured.model_copy(
+                        update={"quantize_seconds": made[name][1].get("quantize_seconds")}))
                 yield settled(name, out)
             elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                 left.discard(name)
