@@ -122,9 +122,9 @@ class Campaign:
         served = out.status != "ok" or out.evaluated
         measured = with_earlier(out.measured, earlier.get(out.key), served)
         res = VariantResult.of(measured, name=out.name, method=vp.variant.method, role=vp.role, status=out.status,
-                               error=out.error, grid=out.grid)
+                               error=out.error, grid=out.grid,
+                               suites=summarize(store, out.key, vp.suites) if out.status == "ok" else [])
         if out.status == "ok":
-            res.suites = summarize(store, out.key, vp.suites)
             load_probe(res, self.run_dir / out.probe_path if out.probe_path else None)
         return res
 
