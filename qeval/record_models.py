@@ -1,7 +1,7 @@
 """The run record's measurements as typed models: the latency probe, the batch size x concurrency grid (and
-its views: a cell's figures, the SLOs, the heat map's matrix, the table), the next-token distributions. Field names and order are the producers' (probe/latency.py StepSummary and
-ProbeResult.to_json, probe/grid.py cell and assemble, pipeline/judge.py distribution), so the record's JSON
-holds their data as they wrote it.
+its views: a cell's figures, the SLOs, the heat map's matrix, the table), the next-token distributions. Field
+names and order are the producers' (probe/latency.py StepSummary and ProbeResult.to_json, probe/grid.py cell
+and assemble, pipeline/judge.py distribution), so the record's JSON holds their data as they wrote it.
 
 A float the record saved as NaN (a step with no timed request, a distribution of no tokens) reads back as
 None: pydantic writes NaN and infinity as null.
