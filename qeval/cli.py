@@ -339,6 +339,7 @@ def report(run_dir: Path, pdf: bool = typer.Option(False, "--pdf", help="also re
 def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: the one the run used")) -> None:
     """Log a run record to MLflow (again): idempotent, for runs whose tracker was down."""
     from .config import MlflowSpec
+    from .pipeline.publish import export_items
     from .record import RunRecord
     from .tracking.mlflow import default_tracking_uri, log_record
 
@@ -349,8 +350,11 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
     uri = tracking_uri or rec.tracking.get("tracking_uri") or default_tracking_uri(run_dir.parent)
     known = MlflowSpec.model_fields  # a record from another qeval version may lack or add keys
     spec = MlflowSpec.model_validate({k: v for k, v in rec.config.get("mlflow", {}).items() if k in known})
+    if (run_dir / "results.sqlite").is_file():  # the per-item tables MLflow logs, as the run's publish wrote them
+        export_items(rec, run_dir)
     try:
-        rec.tracking = log_record(rec, run_dir, uri, spec.experiment, spec.registered_name(rec.campaign))
+        rec = rec.model_copy(update={"tracking": log_record(rec, run_dir, uri, spec.experiment,
+                                                            spec.registered_name(rec.campaign))})
     except Exception as e:  # noqa: BLE001 - report any tracker fault as infrastructure
         _fail(QevalError(f"MLflow at {uri}: {type(e).__name__}: {e}"))
     rec.save(path)

@@ -1,5 +1,5 @@
 """What a variant's `method` and a recipe's `scheme` are: the names the campaign file, the engines (what they can
-serve) and the quantizers (what they make) share, below all three."""
+serve), the quantizers (what they make) and the record's views (MLflow's params) share, below all of them."""
 
 from __future__ import annotations
 
@@ -27,3 +27,33 @@ def integer_weights_only(scheme: str | None) -> bool:
     """Whether a preset (None: the knobs' W<bits>A16) quantizes integer weights only, activations left in the
     model's dtype: what a simulated checkpoint can stand for."""
     return scheme is None or PRESETS[scheme][1:] == (16, "int")
+
+
+# what each method means for the numbers: scheme, weight bits, activation bits (params in MLflow, columns in reports)
+SCHEMES = {"bf16": ("BF16", 16, 16), "fp16": ("FP16", 16, 16), "gptq": ("W4A16", 4, 16), "awq": ("W4A16", 4, 16),
+           "rtn": ("W4A16", 4, 16), "int8": ("W8A8-INT8", 8, 8), "fp8": ("W8A8-FP8", 8, 8),
+           "fp8-online": ("W8A8-FP8", 8, 8)}
+
+
+_DTYPE_BITS = {"bfloat16": ("BF16", 16), "float16": ("FP16", 16), "float32": ("FP32", 32)}
+
+
+def scheme_params(method: str, recipe: dict, dtype: str | None = None) -> dict[str, str]:
+    """scheme / weight_bits / activation_bits / group_size, where the method says (not for checkpoints given as is).
+    `dtype`: what it was served in: a full-precision baseline is that dtype, 16-bit activations are its width."""
+    if method not in SCHEMES:
+        return {}
+    scheme, w, a = SCHEMES[method]
+    if recipe.get("scheme") in PRESETS:  # a preset by name says its own bits
+        scheme, (w, a, _) = recipe["scheme"], PRESETS[recipe["scheme"]]
+    elif scheme == "W4A16" and recipe.get("bits", 4) != 4:  # the recipe's weight bits (gptq / awq / rtn)
+        scheme, w = f"W{recipe['bits']}A16", int(recipe["bits"])
+    if dtype in _DTYPE_BITS:
+        name, bits = _DTYPE_BITS[dtype]
+        scheme, w, a = (name, bits, bits) if method in ("bf16", "fp16") else (scheme, w, bits if a == 16 else a)
+    out = {"scheme": scheme, "weight_bits": str(w), "activation_bits": str(a)}
+    if recipe.get("simulate"):  # its weights on that grid, stored and served dequantized
+        out["simulated"] = "true"
+    if scheme.endswith("A16") and scheme.startswith("W") and recipe.get("group_size") and "scheme" not in recipe:
+        out["group_size"] = str(recipe["group_size"])
+    return out

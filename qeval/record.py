@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict
 
 from .errors import ConfigError
 from .record_models import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
@@ -30,10 +32,21 @@ class SuiteSummary(_Model):
     planned: int | None = None  # the suite's items, where sequential gates stopped it before them all
 
 
-class VariantResult(_Model):
-    name: str
-    method: str
-    role: Literal["baseline", "variant", "noise"]  # noise: the baseline evaluated again (qeval/verdict/noise.py)
+class Served:
+    """Marks a measured fact taken while the variant was made or served: a rerun that serves it no more (the
+    store holds every suite) keeps the earlier record's (Measured.served)."""
+
+
+SERVED = Served()
+
+
+class Measured(_Model):
+    """What one variant's run measured: the checkpoint, what made it, how it was served and what that took.
+    The run's outcome carries it (pipeline/variant.py VariantOutcome) and VariantResult is built from it,
+    so a fact is declared here once. Frozen: an outcome travels from a worker to the driver as it was found."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     key: str = ""
     checkpoint: str | None = None
     checkpoint_hash: str | None = None
@@ -41,25 +54,49 @@ class VariantResult(_Model):
     recipe: dict[str, Any] = {}
     # the checkpoint's own quantization_config, read (qeval/quantize/describe.py): format, scheme, bits, group size
     scheme: dict[str, str] = {}
-    quantize_seconds: float | None = None
+    quantize_seconds: Annotated[float | None, SERVED] = None  # None: the checkpoint was there already
     dtype: str | None = None  # what it was quantized and served in (None: an external endpoint's own)
     dtype_reason: str | None = None  # why: set by the campaign, or what `auto` found on this machine
     kv_cache_dtype: str | None = None  # the KV cache's type where the engine was told one (None: the model's dtype)
     # why it was served on its dequantized weights (recipe.simulate): its memory and speed are not its scheme's
     simulated: str | None = None
-    engine: str = ""
-    engine_version: str = ""
-    startup_seconds: float | None = None
-    restarts: int = 0  # engine restarts after a fault mid-suite
-    engine_rss_bytes: int | None = None
-    engine_gpu_bytes: int | None = None  # the engine's processes on the GPU, through NVML
-    gpus: int | None = None  # the GPUs it was served on (tensor_parallel_size): the memory figures are totals over them
-    model_memory_bytes: int | None = None  # the weights as loaded on the device (the engine's log)
-    kv_cache_bytes: int | None = None  # as the engine reports it
-    kv_cache_tokens: int | None = None
-    eval_seconds: float | None = None
+    engine: Annotated[str, SERVED] = ""
+    engine_version: Annotated[str, SERVED] = ""
+    startup_seconds: Annotated[float | None, SERVED] = None
+    restarts: Annotated[int, SERVED] = 0  # engine restarts after a fault mid-suite
+    engine_rss_bytes: Annotated[int | None, SERVED] = None
+    engine_gpu_bytes: Annotated[int | None, SERVED] = None  # the engine's processes on the GPU, through NVML
+    # the GPUs it was served on (tensor_parallel_size): the memory figures are totals over them
+    gpus: Annotated[int | None, SERVED] = None
+    model_memory_bytes: Annotated[int | None, SERVED] = None  # the weights as loaded on the device (the engine's log)
+    kv_cache_bytes: Annotated[int | None, SERVED] = None  # as the engine reports it
+    kv_cache_tokens: Annotated[int | None, SERVED] = None
+    eval_seconds: Annotated[float | None, SERVED] = None
     reused: dict[str, int] = {}  # per suite, records another campaign stored under the same keys: not served again
     not_run: dict[str, str] = {}  # per suite skipped because a gate had already failed the variant: why
+
+    @classmethod
+    def served(cls) -> tuple[str, ...]:
+        """The facts measured while making or serving it (marked SERVED)."""
+        return tuple(n for n, f in cls.model_fields.items() if SERVED in f.metadata)
+
+
+class Named(_Model):
+    """The variant as the campaign names it."""
+
+    name: str
+    method: str
+    role: Literal["baseline", "variant", "noise"]  # noise: the baseline evaluated again (qeval/verdict/noise.py)
+
+
+# the fields in the record's order: Named's, Measured's, then its own (pydantic lays out a model's fields from
+# its last base to itself)
+class VariantResult(Measured, Named):
+    """A variant in the run record: its name, what its run measured, and what the campaign read of it
+    afterwards (its suites' summaries, the judge's distributions and flips, the probe and the grid)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
     status: Status = "ok"
     error: str | None = None
     suites: list[SuiteSummary] = []
@@ -68,6 +105,11 @@ class VariantResult(_Model):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
+
+    @classmethod
+    def of(cls, measured: Measured, **rest: Any) -> "VariantResult":
+        """The variant's entry from what its run measured, and the rest (its name, method, role, status...)."""
+        return cls(**dict(measured), **rest)
 
     def shown_recipe(self) -> dict[str, Any]:
         """The recipe as a report or MLflow shows it: a recipe file by its name and content hash (its text is in
@@ -214,15 +256,11 @@ class RunRecord(_Model):
             raise ConfigError(f"not a qeval run record of schema {SCHEMA_VERSION}: {first}", file=str(path)) from None
 
 
-# what serving a variant measured; a resume that serves it no more keeps them from the earlier record
-ENGINE_FACTS = ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts", "engine_rss_bytes",
-                "engine_gpu_bytes", "gpus", "model_memory_bytes", "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
-
-
-def prior_facts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per variant key, the engine facts an earlier record (as read from JSON) measured for the variants
-    it finished. Keyed by variant key, which names the checkpoint and the engine settings."""
-    return {v["key"]: {f: v[f] for f in ENGINE_FACTS if v.get(f) not in (None, "")}
+def prior_facts(data: dict[str, Any]) -> dict[str, Measured]:
+    """Per variant key, the facts an earlier record (as read from JSON) measured while serving the variants it
+    finished (Measured.served), those it has set only. Keyed by variant key, which names the checkpoint and
+    the engine settings."""
+    return {v["key"]: Measured.model_validate({f: v[f] for f in Measured.served() if v.get(f) not in (None, "")})
             for v in data.get("variants", []) if v.get("status") == "ok" and v.get("key")}
 
 

@@ -1,7 +1,7 @@
-"""The run record's measurements as typed models: the latency probe, the batch size x concurrency grid, the
-next-token distributions. Field names and order are the producers' (probe/latency.py StepSummary and
-ProbeResult.to_json, probe/grid.py cell and assemble, pipeline/judge.py distribution), so the record's JSON
-holds their data as they wrote it.
+"""The run record's measurements as typed models: the latency probe, the batch size x concurrency grid (and
+its views: a cell's figures, the SLOs, the heat map's matrix, the table), the next-token distributions. Field
+names and order are the producers' (probe/latency.py StepSummary and ProbeResult.to_json, probe/grid.py cell
+and assemble, pipeline/judge.py distribution), so the record's JSON holds their data as they wrote it.
 
 A float the record saved as NaN (a step with no timed request, a distribution of no tokens) reads back as
 None: pydantic writes NaN and infinity as null.
@@ -9,7 +9,8 @@ None: pydantic writes NaN and infinity as null.
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +20,28 @@ Figure = float | None  # None: a NaN read back from the record, or not measured 
 
 class RecordModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def step_figures(step: Any) -> dict[str, float]:
+    """A probe step's figures by flat name (ttft_p95_ms, server_queue_mean_ms, ...), the names the SLOs, the
+    grid's views and MLflow use: of a step as the probe measures it (probe/latency.py StepSummary, its
+    percentiles as dicts) or as the record holds it (ProbeStep, GridCell)."""
+    out = {"request_throughput": step.request_throughput, "output_throughput": step.output_throughput,
+           "errors": float(step.errors), "client_cpu_share": step.client_cpu_share}
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        pct = getattr(step, name)
+        for stat, v in (pct if isinstance(pct, Mapping) else pct.model_dump()).items():
+            out[f"{name.removesuffix('_ms')}_{stat}_ms"] = v
+    out.update({f"server_{k}": v for k, v in step.server.items()})
+    if step.goodput is not None:
+        out["goodput"] = step.goodput
+    return out
+
+
+def metric_segment(label: str) -> str:
+    """A grid row's label as a metric name or a folder allows it (no '=' nor ','): "mns=8,mnbt=512" ->
+    "mns_8.mnbt_512"."""
+    return label.replace("=", "_").replace(",", ".")
 
 
 class Percentiles(RecordModel):
@@ -101,6 +124,21 @@ class GridCell(RecordModel):
     goodput: float | None = None
     memory: CellMemory
 
+    def figures(self) -> dict[str, float]:
+        """Its figures by flat name: the probe step's (step_figures) and the engine's memory (memory_rss_bytes,
+        memory_kv_cache_bytes, ...)."""
+        out = step_figures(self)
+        out["requests"] = float(self.requests)
+        out.update({f"memory_{k}": float(v) for k, v in self.memory.model_dump().items() if v is not None})
+        return out
+
+    def meets_slo(self, slo: dict[str, float]) -> bool:
+        """Every SLO holds, and no request failed (a figure that is missing or NaN does not hold)."""
+        if self.errors or not self.requests:
+            return False
+        f = self.figures()
+        return all(f.get(k, math.inf) <= limit for k, limit in slo.items())
+
 
 class RowServed(RecordModel):
     """How a grid row was served: on the evaluation's server, or on its own (started in so many seconds)."""
@@ -126,6 +164,21 @@ class Grid(RecordModel):
     errors: dict[str, str]  # row label -> why it has no cells
     cells: list[GridCell]
     best: BestCell | None  # the most output tokens/s under the SLOs
+
+    def is_best(self, row: str, concurrency: int) -> bool:
+        return self.best is not None and (row, concurrency) == (self.best.row, self.best.concurrency)
+
+    def matrix(self, key: str = "output_throughput") -> list[list[float]]:
+        """One figure over rows x concurrencies (NaN where a cell is missing), for the heat map."""
+        at = {(c.row, c.concurrency): c.figures().get(key, math.nan) for c in self.cells}
+        return [[at.get((r, k), math.nan) for k in self.concurrency] for r in self.rows]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One flat row per cell (for a Parquet table): the setting, the concurrency, every figure, and
+        whether the cell meets the SLOs and is the best one."""
+        return [{"row": c.row, **c.setting, "concurrency": c.concurrency, **c.figures(),
+                 "meets_slo": c.meets_slo(self.slo), "best": self.is_best(c.row, c.concurrency)}
+                for c in self.cells]
 
 
 class Distribution(RecordModel):

@@ -4,6 +4,7 @@ are written here (serving is what a cut run did not finish); the comparison, gat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from qeval.pipeline import campaign
 from qeval.pipeline.campaign import Campaign
-from qeval.pipeline.judge import summarize
+from qeval.pipeline.judge import judge, summarize
 from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
@@ -133,3 +134,19 @@ def test_a_run_made_in_one_folder_is_finished_from_a_copy_in_another(tmp_path):
     changed = (tmp_path / "checkout-a" / "cut.yaml").read_text().replace("margin: 0.15", "margin: 0.2")
     (tmp_path / "checkout-a" / "other.yaml").write_text(changed)
     assert load_config(tmp_path / "checkout-a" / "other.yaml").config_hash() != cfg.config_hash()
+
+
+def test_judging_reads_the_record_and_one_place_writes_the_judgement_in(tmp_path):
+    cfg, config, run_dir, _ = _cut_run(tmp_path, w4_on_record=True)
+    rec = campaign.finish(cfg, config_file=config).record
+    before = rec.model_dump_json()
+    keys = {v.name: v.key for v in rec.variants if v.status in ("ok", "partial") and v.key}
+    with ResultsStore(run_dir / "results.sqlite") as store:
+        j = judge(cfg, rec, store, keys, plan(cfg, Settings.from_env(), config))
+    assert rec.model_dump_json() == before  # judging changed nothing
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        j.verdict = "PASS"  # type: ignore[misc]
+    assert j.verdicts == {"w4": "NOT_EVALUATED", "w8": "NOT_EVALUATED"} and ("w4", "custom/capitals") in j.flipped
+    again = campaign.judged(rec, j)
+    assert again is not rec and rec.model_dump_json() == before  # the record judged is left as it was
+    assert again.model_dump_json() == before  # judged again from the same store: the same record

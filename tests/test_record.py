@@ -17,10 +17,10 @@ from qeval.engines.fake import write_checkpoint
 from qeval.pipeline.judge import load_probe
 from qeval.pipeline.variant import VariantOutcome
 from qeval.probe.client import RequestResult, StepRun
-from qeval.probe.grid import GridRow, assemble, best_cell, cell_probe, matrix, table
+from qeval.probe.grid import GridRow, assemble, best_cell, cell_probe
 from qeval.probe.grid_run import load_rows, run_row, save_row, serve_row
 from qeval.probe.latency import ProbeResult, run_probe, summarize
-from qeval.record import SCHEMA_VERSION, RunRecord, VariantResult
+from qeval.record import SCHEMA_VERSION, Measured, Named, RunRecord, VariantResult, prior_facts
 from qeval.record_models import BaselineDistribution, Distribution, Grid, GridCell, Probe
 from qeval.report import html, markdown
 from qeval.settings import Settings
@@ -136,8 +136,9 @@ def test_the_probe_and_grid_as_produced_reach_the_record_typed_and_as_written(tm
     stored = tmp_path / "probe.json"
     stored.write_text(json.dumps(swept.to_json()))  # as pipeline/variant.py writes it
     g = assemble(spec, dict(probe.slo), load_rows([on, own]), {"mns=16": "vLLM exited during start-up"})
-    out = VariantOutcome(name="m", status="ok", evaluated=True, engine="fake", grid=g)
-    res = VariantResult(method="bf16", role="baseline", **out.facts())  # as the campaign makes it
+    out = VariantOutcome(name="m", status="ok", measured=Measured(engine="fake"), evaluated=True, grid=g)
+    # as the campaign makes it
+    res = VariantResult.of(out.measured, name=out.name, method="bf16", role="baseline", status=out.status, grid=out.grid)
     assert load_probe(res, stored)
     assert isinstance(res.probe, Probe) and isinstance(res.grid, Grid)
     assert [(s.kind, s.load) for s in res.probe.steps] == [("concurrency", 1), ("concurrency", 2), ("rate", 20.0)]
@@ -148,7 +149,7 @@ def test_the_probe_and_grid_as_produced_reach_the_record_typed_and_as_written(tm
 
     # the grid's views read the record's model as they read the stored dicts
     assert grid_metrics(res.grid) == grid_metrics(g) and _names_mlflow_takes(grid_metrics(g))
-    assert table(res.grid) == table(g) and matrix(res.grid) == matrix(g)
+    assert res.grid.table() == Grid.model_validate(g).table() and res.grid.matrix() == Grid.model_validate(g).matrix()
     best = best_cell(res.grid.cells, res.grid.slo)
     assert isinstance(best, GridCell) and g["best"] == {"row": best.row, "concurrency": best.concurrency,
                                                         "output_throughput": best.output_throughput}
@@ -201,3 +202,25 @@ def test_nan_figures_load_back(tmp_path):
     md = markdown.render(again)
     row = next(line for line in md.splitlines() if line.startswith("| q | concurrency 1 |"))
     assert "| - / - / - |" in row
+
+
+def test_what_a_run_measured_is_declared_once():
+    """A fact of a variant's run is a field of Measured: the outcome carries one, the record's entry extends it
+    (its fields where the record has always had them), and a name it does not declare is refused, not lost."""
+    own = ["status", "error", "suites", "distribution", "flips", "probe", "probe_requests", "grid"]
+    assert list(VariantResult.model_fields) == [*Named.model_fields, *Measured.model_fields, *own]
+    assert list(Named.model_fields) == ["name", "method", "role"]
+    assert Measured.served() == ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts",
+                                 "engine_rss_bytes", "engine_gpu_bytes", "gpus", "model_memory_bytes",
+                                 "kv_cache_bytes", "kv_cache_tokens", "eval_seconds")
+    with pytest.raises(ValueError):
+        Measured(engin="vllm")  # a misspelt fact
+    m = Measured(key="k", engine="fake", restarts=1, recipe={"bits": 4})
+    with pytest.raises(ValueError):
+        m.engine = "other"  # type: ignore[misc]  # frozen: the outcome's facts are as the run found them
+    res = VariantResult.of(m, name="v", method="rtn", role="variant")
+    assert {f: getattr(res, f) for f in Measured.model_fields} == m.model_dump()
+    # a resume keeps what an earlier record measured while serving, those it set only
+    earlier = {"variants": [res.model_dump(mode="json"), {**res.model_dump(mode="json"), "key": "x", "status": "error"}]}
+    assert {k: (f.model_fields_set, f.engine) for k, f in prior_facts(earlier).items()} == {
+        "k": ({"engine", "restarts"}, "fake")}

@@ -20,17 +20,17 @@ from ..config import CampaignConfig, EngineSpec, VariantSpec
 from ..errors import ConfigError
 from ..hardware import DtypeChoice
 from ..progress import PlainReporter, Reporter
-from ..record import RunRecord, VariantResult, prior_run
+from ..record import Measured, RunRecord, VariantResult, prior_run
 from ..settings import Settings
 from ..store import ResultsStore
 from ..suites.preflight import lmeval_data_check
 from .environment import environment
 from .executor import make_executor
-from .judge import compare_and_gate, load_probe, summarize
+from .judge import Judgement, judge, load_probe, summarize
 from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans,
                    with_doc_counts)
 from .publish import publish
-from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached
+from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached, with_earlier
 from .sink import StoreSink
 from .variant import VariantOutcome, grid_rows
 
@@ -47,10 +47,26 @@ class CampaignResult:
     def verdict(self) -> str:
         return self.record.verdict
 
-    def published(self, paths: dict[str, Path]) -> "CampaignResult":
-        """This result with the report's files (publish's answer)."""
-        return dataclasses.replace(self, report_path=paths["report"],
+    def published(self, record: RunRecord, paths: dict[str, Path]) -> "CampaignResult":
+        """This result with the record as published and the report's files (publish's answer)."""
+        return dataclasses.replace(self, record=record, report_path=paths["report"],
                                    extras={**self.extras, **{k: str(v) for k, v in paths.items()}})
+
+
+def judged(record: RunRecord, j: Judgement) -> RunRecord:
+    """The record with a judgement written in: its comparisons, noise floor, gates and verdicts, and each
+    variant's flips, distributions and planned items (per suite, over what the variant's entry said before).
+    The one place a judgement enters a record; the record judged is left as it was."""
+    def entry(r: VariantResult) -> VariantResult:
+        suites = [s.model_copy(update={"planned": j.planned[(r.name, s.suite)]}) if (r.name, s.suite) in j.planned
+                  else s for s in r.suites]
+        return r.model_copy(update={"suites": suites, "flips": {**r.flips, **j.flips.get(r.name, {})},
+                                    "distribution": {**r.distribution, **j.distributions.get(r.name, {})}})
+
+    return record.model_copy(update={
+        "variants": [entry(r) for r in record.variants], "comparisons": list(j.comparisons),
+        "noise_floor": j.noise_floor, "multiplicity": j.multiplicity, "inconclusive": j.inconclusive,
+        "gates": list(j.gates), "verdicts": dict(j.verdicts), "verdict": j.verdict})
 
 
 def _now() -> str:
@@ -99,16 +115,16 @@ class Campaign:
         rest = [r for r in record.variants if r.name != res.name]
         record.variants = sorted(rest + [res], key=lambda r: order.index(r.name) if r.name in order else len(order))
 
-    def _result(self, vp: VariantPlan, out: VariantOutcome, store: ResultsStore, facts: dict) -> VariantResult:
-        res = VariantResult(method=vp.variant.method, role=vp.role, **out.facts())
-        earlier = facts.get(out.key, {})
-        if res.quantize_seconds is None:  # the checkpoint was made by an earlier attempt
-            res.quantize_seconds = earlier.get("quantize_seconds")
-        if out.status == "ok" and not out.evaluated:
-            for f, val in earlier.items():  # measured when it was served
-                setattr(res, f, val)
+    def _result(self, vp: VariantPlan, out: VariantOutcome, store: ResultsStore,
+                earlier: dict[str, Measured]) -> VariantResult:
+        """The variant's entry in the record, built from its outcome: what its run measured (with what an earlier
+        run measured of the same key where this one did not), then the suites stored under its key and its probe."""
+        served = out.status != "ok" or out.evaluated
+        measured = with_earlier(out.measured, earlier.get(out.key), served)
+        res = VariantResult.of(measured, name=out.name, method=vp.variant.method, role=vp.role, status=out.status,
+                               error=out.error, grid=out.grid,
+                               suites=summarize(store, out.key, vp.suites) if out.status == "ok" else [])
         if out.status == "ok":
-            res.suites = summarize(store, out.key, vp.suites)
             load_probe(res, self.run_dir / out.probe_path if out.probe_path else None)
         return res
 
@@ -132,8 +148,7 @@ class Campaign:
                 if vp.name not in listed:
                     self._place(record, not_reached(vp, "not evaluated: the run was interrupted before it; "
                                                         + STILL_TO_RESUME))
-            self._judge(record, store, keys, plans[0].suites)
-            record.save(self.record_path)
+            self._judge(record, store, keys, plans[0].suites).save(self.record_path)
             raise
 
     # -- the whole run ----------------------------------------------------------------------
@@ -159,7 +174,7 @@ class Campaign:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         earlier = earlier_variants(self.record_path) if selected is not None else {}
         prior = prior_run(self.record_path)
-        facts = prior["facts"] if prior else {}
+        earlier_facts = prior["facts"] if prior else {}
         resuming = prior is not None and prior["finished_at"] is None and prior["config_hash"] == cfg.config_hash()
         record = RunRecord(run_id=prior["run_id"] if resuming else uuid.uuid4().hex, campaign=cfg.name,
                            config_hash=cfg.config_hash(), config=cfg.model_dump(mode="json"),
@@ -182,7 +197,7 @@ class Campaign:
                     todo.append(vp)
 
             def begun(started: VariantOutcome) -> None:
-                self._place(record, self._result(by_name[started.name], started, store, facts))
+                self._place(record, self._result(by_name[started.name], started, store, earlier_facts))
                 record.save(self.record_path)
 
             shared = self.settings.records if self.settings.share_records else None
@@ -193,21 +208,22 @@ class Campaign:
                     sink.settled(out)
                     if out.status == "ok":
                         keys[out.name] = out.key
-                    self._place(record, self._result(by_name[out.name], out, store, facts))
+                    self._place(record, self._result(by_name[out.name], out, store, earlier_facts))
                     record.save(self.record_path)
-            self._judge(record, store, keys, p)
+            record = self._judge(record, store, keys, p)
         if not any(v.status == "skipped" for v in record.variants):  # else unfinished: a rerun resumes it
-            record.finished_at = _now()
+            record = record.model_copy(update={"finished_at": _now()})
         record.save(self.record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=self.record_path)
 
-    def _judge(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p) -> None:
-        """Compare and gate into the record; every flipped item into flips.parquet beside it."""
+    def _judge(self, record: RunRecord, store: ResultsStore, keys: dict[str, str], p) -> RunRecord:
+        """The record judged (compared and gated); every flipped item into flips.parquet beside it."""
         from ..verdict.flips import table, write_parquet
 
-        flipped = compare_and_gate(self.cfg, record, store, keys, p)
-        if flipped:
-            write_parquet(table(flipped), self.run_dir / "flips.parquet")
+        judgement = judge(self.cfg, record, store, keys, p)
+        if judgement.flipped:
+            write_parquet(table(dict(judgement.flipped)), self.run_dir / "flips.parquet")
+        return judged(record, judgement)
 
     def _unselected(self, vp: VariantPlan, earlier: dict | None, store: ResultsStore,
                     keys: dict[str, str]) -> VariantResult:
@@ -265,7 +281,7 @@ class Campaign:
                 if r.status == "partial":
                     describe_partial(store, r, by_name[r.name], self.run_dir)
             keys = {v.name: v.key for v in record.variants if v.status in ("ok", "partial") and v.key}
-            self._judge(record, store, keys, p)
+            record = self._judge(record, store, keys, p)
         record.save(self.record_path)
         return CampaignResult(record=record, run_dir=self.run_dir, record_path=self.record_path)
 
@@ -275,11 +291,11 @@ def run(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Repo
     """The library entry point: what the CLI, the notebook and the tests call."""
     max_seconds, only = kwargs.pop("max_seconds", None), kwargs.pop("only", None)
     result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).run(max_seconds, only)
-    return result.published(publish(result.record, result.run_dir, result.record_path, cfg, reporter))
+    return result.published(*publish(result.record, result.run_dir, result.record_path, cfg, reporter))
 
 
 def finish(cfg: CampaignConfig, settings: Settings | None = None, *, reporter: Reporter | None = None,
            **kwargs) -> CampaignResult:
     """Verdict and report from what an interrupted run stored (see Campaign.finish)."""
     result = Campaign(cfg, settings or Settings.from_env(), reporter=reporter, **kwargs).finish()
-    return result.published(publish(result.record, result.run_dir, result.record_path, cfg, reporter))
+    return result.published(*publish(result.record, result.run_dir, result.record_path, cfg, reporter))

@@ -1,16 +1,18 @@
 """The compare and verdict stages: stored per-item records -> paired comparisons -> gates -> verdicts.
 
-Reads the campaign's store and the record's variant list; serves nothing, so `qeval finish` runs it too.
+Reads the campaign's store and the record's variant list and returns a frozen Judgement, which the campaign
+writes into its record; serves nothing, so `qeval finish` runs it too.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ..config import CampaignConfig
-from ..record import NoiseFloor, RunRecord, SuiteSummary, VariantResult
-from ..record_models import Probe
+from ..record import Comparison, GateResult, GateVerdict, NoiseFloor, RunRecord, SuiteSummary, VariantResult
+from ..record_models import BaselineDistribution, Distribution, FlipRow, Probe, SuiteFlips
 from ..store import Record, ResultsStore
 from ..verdict.policy import GatePolicy
 from .plan import Plan
@@ -59,20 +61,48 @@ def judge_view(policy: GatePolicy, seed: int, name: str, part: "Part", view: "Vi
     return list(j.comparisons), j.keyed, j.look
 
 
-def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str],
-                     p: Plan) -> dict[tuple[str, str], list]:
-    """Every variant with a key against the baseline, gated; verdicts and the first flipped items into the
-    record. Returns every flipped row per (variant, suite), for flips.parquet."""
+@dataclass(frozen=True)
+class Judgement:
+    """What judging a campaign's stored records found: the record's comparisons, noise floor, gates and verdicts,
+    and, per variant, what its entry gains (its flipped items and next-token distributions per suite, and the
+    items planned for a suite its sequential gates stopped early). The campaign writes it into its record once
+    (pipeline/campaign.py judged)."""
+
+    comparisons: tuple[Comparison, ...]
+    noise_floor: NoiseFloor | None
+    multiplicity: str
+    inconclusive: str
+    gates: tuple[GateResult, ...]
+    verdicts: Mapping[str, GateVerdict]  # per variant of the campaign
+    verdict: GateVerdict
+    flips: Mapping[str, Mapping[str, SuiteFlips]]  # variant -> suite -> the first flipped items, for the report
+    distributions: Mapping[str, Mapping[str, Distribution | BaselineDistribution]]  # variant -> logprobs suite
+    planned: Mapping[tuple[str, str], int]  # (variant, suite) -> its items, where sequential gates stopped it sooner
+    flipped: Mapping[tuple[str, str], list[FlipRow]]  # (variant, suite) -> every flipped row, for flips.parquet
+
+
+@dataclass
+class _Found:
+    """What the variants' parts add to their entries, gathered while judging."""
+
+    flips: dict[str, dict[str, SuiteFlips]] = field(default_factory=dict)
+    distributions: dict[str, dict[str, Distribution | BaselineDistribution]] = field(default_factory=dict)
+    flipped: dict[tuple[str, str], list[FlipRow]] = field(default_factory=dict)
+
+
+def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan) -> Judgement:
+    """Every variant with a key against the baseline, gated. Reads the record (its variants, their status and
+    facts) and the store; changes neither."""
     from ..verdict.comparison import adjust_all
     from ..verdict.gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
 
-    flipped: dict[tuple[str, str], list] = {}
-
+    found = _Found()
     partial = {r.name for r in record.variants if r.status == "partial"}
     base_key = keys.get(cfg.baseline.name) if cfg.baseline.name not in partial else None
     comparisons = []
     sequential: dict = {}  # (variant, suite, metric) -> the result of a gate that looked while its suite ran
     not_run: dict[str, dict[str, tuple[str, str]]] = {}
+    planned: dict[tuple[str, str], int] = {}
     base_records: dict[str, list[Record]] = {}
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name), None)
     if base_key is not None:
@@ -86,7 +116,7 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
                 if v.name in partial and not store.is_complete(keys[v.name], part.key):
                     continue
                 comps, seq = _part(cfg, p, v.name, part, base_records[part.key],
-                                   store.records(keys[v.name], part.key), res, base_res, flipped)
+                                   store.records(keys[v.name], part.key), res, base_res, found)
                 comparisons += comps
                 sequential.update(seq)
             for suite, why in (res.not_run if res is not None else {}).items():
@@ -94,28 +124,29 @@ def compare_and_gate(cfg: CampaignConfig, record: RunRecord, store: ResultsStore
                 base_metrics = sorted(base_records[part.key][0].scores) if base_records[part.key] else []
                 metric = part.gate_metric or (base_metrics or ["score"])[0]
                 not_run.setdefault(v.name, {})[suite] = (metric, why)
-            _planned(res, sequential, v.name)
-    record.comparisons = adjust_all(comparisons, cfg.gates.correction)
-    record.noise_floor = noise_floor(cfg, record, store, keys, p, base_records, flipped) if base_key else None
-    record.multiplicity, record.inconclusive = cfg.gates.correction, cfg.gates.inconclusive
-    record.gates = evaluate(cfg.gates, record.comparisons, [v.name for v in cfg.variants if v.name in keys],
-                            sequential, not_run)
+            planned |= _planned(res, sequential, v.name)
+    adjusted = adjust_all(comparisons, cfg.gates.correction)
+    floor = noise_floor(cfg, record, store, keys, p, base_records, adjusted, found) if base_key else None
+    gates = evaluate(cfg.gates, adjusted, [v.name for v in cfg.variants if v.name in keys], sequential, not_run)
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name and r.status == "ok"), None)
     if base_res is not None:
         for r in record.variants:
             if r.role == "variant" and r.status == "ok":
-                record.gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated)
+                gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated)
+    verdicts = {}
     for v in cfg.variants:
         evaluated = base_key is not None and v.name in keys and v.name not in partial
-        record.verdicts[v.name] = variant_verdict([g for g in record.gates if g.variant == v.name], evaluated)
-    record.verdict = overall_verdict(record.verdicts)
-    return flipped
+        verdicts[v.name] = variant_verdict([g for g in gates if g.variant == v.name], evaluated)
+    return Judgement(comparisons=tuple(adjusted), noise_floor=floor, multiplicity=cfg.gates.correction,
+                     inconclusive=cfg.gates.inconclusive, gates=tuple(gates), verdicts=verdicts,
+                     verdict=overall_verdict(verdicts), flips=found.flips, distributions=found.distributions,
+                     planned=planned, flipped=found.flipped)
 
 
 def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan,
-                base_records: dict[str, list[Record]], flipped: dict) -> NoiseFloor | None:
+                base_records: dict[str, list[Record]], compared: list[Comparison], found: _Found) -> NoiseFloor | None:
     """The A/A evaluation against the baseline's (qeval/verdict/noise.py): its figures, never gated or corrected
-    with the variants' p-values, and each variant's (suite, metric) that sits within them."""
+    with the variants' p-values, and each variant's (suite, metric) of `compared` that sits within them."""
     from ..verdict.noise import SUFFIX, floor_figures, within_floor
     from .plan import suite_concurrency
 
@@ -129,21 +160,21 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
         cand = store.records(keys[name], part.key)
         if cand and base_records[part.key]:
             # the A/A measures what gates read: a view with no primary comparison (a corpus's NLL) says nothing
-            comparisons += _part(cfg, p, name, part, base_records[part.key], cand, res, base_res, flipped,
+            comparisons += _part(cfg, p, name, part, base_records[part.key], cand, res, base_res, found,
                                  gated_only=True)[0]
     figures = floor_figures(comparisons, {(part.suite, m): spec.floor_figure for part in p.parts()
                                           for m, spec in part.metrics.items()})
     concurrency = suite_concurrency(p)
     return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
                       baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
-                      within=within_floor([c for c in record.comparisons if c.variant != name], figures))
+                      within=within_floor([c for c in compared if c.variant != name], figures))
 
 
 def _part(cfg: CampaignConfig, p: Plan, name: str, part: "Part", base: list[Record], cand: list[Record],
-          res: VariantResult | None, base_res: VariantResult | None, flipped: dict,
+          res: VariantResult | None, base_res: VariantResult | None, found: _Found,
           gated_only: bool = False) -> tuple[list, dict]:
-    """One part of `name` against the baseline: its comparisons and sequential results; its flipped items into
-    `res` and `flipped`, its per-token figures (where its suite has them) into `res` and `base_res`."""
+    """One part of `name` against the baseline: its comparisons and sequential results; its flipped items, and
+    its per-token figures (where its suite has them) for its entry (`res`) and the baseline's, into `found`."""
     pairing = p.suite_of(part).pair(part, base, cand)
     comparisons: list = []
     sequential: dict = {}
@@ -154,19 +185,19 @@ def _part(cfg: CampaignConfig, p: Plan, name: str, part: "Part", base: list[Reco
         comparisons += comps
         sequential.update(seq)
     if res is not None and pairing.flips is not None:
-        res.flips[part.suite], flipped[(name, part.suite)] = pairing.flips
+        found.flips.setdefault(res.name, {})[part.suite], found.flipped[(name, part.suite)] = pairing.flips
     if res is not None and pairing.distribution is not None:
-        res.distribution[part.suite] = pairing.distribution[0]
+        found.distributions.setdefault(res.name, {})[part.suite] = pairing.distribution[0]
         if base_res is not None:
-            base_res.distribution[part.suite] = pairing.distribution[1]
+            found.distributions.setdefault(base_res.name, {})[part.suite] = pairing.distribution[1]
     return comparisons, sequential
 
 
-def _planned(res: VariantResult | None, sequential: dict, name: str) -> None:
+def _planned(res: VariantResult | None, sequential: dict, name: str) -> dict[tuple[str, str], int]:
     """A suite its sequential gates stopped says how many items it had planned."""
-    if res is None:
-        return
-    for s in res.suites:
+    out: dict[tuple[str, str], int] = {}
+    for s in (res.suites if res is not None else []):
         planned = [r.n_planned for (v, suite, _), r in sequential.items() if v == name and suite == s.suite]
         if planned and s.n < max(planned):
-            s.planned = max(planned)
+            out[(name, s.suite)] = max(planned)
+    return out

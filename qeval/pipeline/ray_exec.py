@@ -399,6 +399,7 @@ class RayExecutor:
         stream's merge (stream.Merge): what is Ray's here is placement, retries and the budget."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from ..record import Measured
         from .stream import Made, Merge, shipped_files
         from .variant import VariantOutcome
 
@@ -463,7 +464,8 @@ class RayExecutor:
                 elif isinstance(msg, Made):
                     if msg.error is not None:
                         left.discard(name)
-                        yield VariantOutcome(name=name, status="error", error=msg.error, **msg.facts)
+                        yield VariantOutcome(name=name, status="error", error=msg.error,
+                                             measured=Measured(**msg.facts))
                     else:
                         made[name] = (node[name].node_id, msg.facts)
                         node.pop(name, None)  # not started until its serving task is placed
@@ -490,8 +492,9 @@ class RayExecutor:
                                             reporter)
                 elif (out := merge(msg, where)) is not None:  # the unit's last message: its outcome
                     left.discard(name)
-                    if name in made and out.quantize_seconds is None:  # made by its own task, found made here
-                        out = dataclasses.replace(out, quantize_seconds=made[name][1].get("quantize_seconds"))
+                    if name in made and out.measured.quantize_seconds is None:  # made by its own task, found made here
+                        out = dataclasses.replace(out, measured=out.measured.model_copy(
+                            update={"quantize_seconds": made[name][1].get("quantize_seconds")}))
                     yield out
         except BaseException:  # Ctrl-C / SIGTERM, or the campaign gone: no task of this run runs on
             _cancel(ray, {(n, attempt[n]): gens[n] for n in left if n in gens}, q)

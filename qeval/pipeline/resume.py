@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import VariantSpec
-from ..record import VariantResult
+from ..record import Measured, VariantResult
 from ..store import ResultsStore
 from .judge import load_probe, summarize
 from .plan import Plan, VariantPlan
@@ -73,3 +73,16 @@ def describe_partial(store: ResultsStore, res: VariantResult, plan: VariantPlan,
 
 def not_reached(plan: VariantPlan, why: str) -> VariantResult:
     return VariantResult(name=plan.name, method=plan.variant.method, role=plan.role, status="skipped", error=why)
+
+
+def with_earlier(measured: Measured, earlier: Measured | None, served: bool) -> Measured:
+    """What a variant's run measured, with what an earlier record measured under the same key (its facts of
+    serving, record.prior_facts) where this run did not: the time its checkpoint took to make, where an
+    earlier attempt made it, and, where nothing was served now (`served` False: the store held every suite),
+    every fact of serving it."""
+    if earlier is None:
+        return measured
+    update = {"quantize_seconds": earlier.quantize_seconds} if measured.quantize_seconds is None else {}
+    if not served:
+        update |= {f: getattr(earlier, f) for f in earlier.model_fields_set}
+    return measured.model_copy(update=update)

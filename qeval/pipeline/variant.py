@@ -6,11 +6,10 @@ files only under its workspace, and returns a frozen outcome; the driver merges 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +19,8 @@ from ..engines.spec import kv_cache_dtype
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import key_hash, tree_hash
 from ..progress import Reporter
+from ..record import Measured
+from ..record_models import metric_segment
 from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..quantize.describe import describe_checkpoint
@@ -33,43 +34,20 @@ from .sink import Pending, RecordSink, Reference
 
 @dataclass(frozen=True)
 class VariantOutcome:
-    """What one variant's run found. Paths are relative to its workspace, except the checkpoint (the machine's)."""
+    """What one variant's run found: what it measured (the record's VariantResult is built from it), and what
+    only the run knows. Paths are relative to its workspace, except the checkpoint (the machine's)."""
 
     name: str
     status: str  # "ok" | "error" | "skipped" | "partial" (begun, not finished: the notice to the sink)
     error: str | None = None
-    key: str = ""
+    measured: Measured = Measured()
     evaluated: bool = False  # False: the store held everything, nothing was served
-    checkpoint: str | None = None
-    checkpoint_hash: str | None = None
-    weights_bytes: int | None = None
-    recipe: dict[str, Any] = field(default_factory=dict)
-    scheme: dict[str, str] = field(default_factory=dict)  # what the checkpoint's config declares (describe.py)
-    quantize_seconds: float | None = None  # None: the checkpoint was there already
-    dtype: str | None = None
-    dtype_reason: str | None = None
-    kv_cache_dtype: str | None = None  # where the engine was told another KV-cache type than the model's
-    simulated: str | None = None  # why it is served on its dequantized weights (plan.served_dequantized)
-    engine: str = ""
-    engine_version: str = ""
-    startup_seconds: float | None = None
-    restarts: int = 0
-    engine_rss_bytes: int | None = None
-    engine_gpu_bytes: int | None = None
-    gpus: int | None = None  # the GPUs it was served on (tensor_parallel_size); memory figures are totals over them
-    model_memory_bytes: int | None = None
-    kv_cache_bytes: int | None = None
-    kv_cache_tokens: int | None = None
-    eval_seconds: float | None = None
     probe_path: str | None = None  # the stored latency probe, where there is one
-    reused: dict[str, int] = field(default_factory=dict)  # per suite, records another campaign stored
-    not_run: dict[str, str] = field(default_factory=dict)  # per suite skipped after a failed gate, why
-    grid: dict[str, Any] | None = None
+    grid: dict[str, Any] | None = None  # the assembled grid (probe/grid.py assemble), where there is one
 
-    def facts(self) -> dict[str, Any]:
-        """The fields a VariantResult keeps of it."""
-        skip = {"evaluated", "probe_path"}
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+    @property
+    def key(self) -> str:
+        return self.measured.key
 
 
 def _weights_bytes(ckpt: Path | None) -> int | None:
@@ -104,7 +82,7 @@ class _Run:
         self.monitor: Monitor | None = None  # once the variant's key is known
         self.v, self.log = plan.variant, reporter.log
         self.logs = workspace / plan.logs
-        self.facts: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}  # Measured's fields as they are found (checked by name when it is built)
         self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
@@ -243,7 +221,7 @@ class _Run:
     def grid(self, ckpt: Path | None, rows: list) -> dict[str, Any] | None:
         """The rows the evaluation's server did not have, one engine start each (after that server has
         stopped); then the whole grid. A row whose engine fails is reported, not fatal."""
-        from ..probe.grid import assemble, metric_segment
+        from ..probe.grid import assemble
         from ..probe.grid_run import load_rows
 
         if not rows:
@@ -393,15 +371,16 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
         if evaluated:
             # the driver puts it on the record before it starts: a run cut here leaves it as partial, with
             # the key under which `qeval finish` finds the suites it stored
-            sink.begin(VariantOutcome(name=v.name, status="partial", **r.facts,
+            sink.begin(VariantOutcome(name=v.name, status="partial", measured=Measured(**r.facts),
                                       error="cut while being evaluated; run the same command again"))
             r.evaluate(ckpt, vkey, rows)
         else:
             reporter.log(f"[{v.name}] every suite already in the store: nothing to run")
         probe = plan.probe_path(vkey) if plan.probe is not None else None
         grid = r.grid(ckpt, rows)
-        return VariantOutcome(name=v.name, status="ok", evaluated=evaluated, grid=grid, reused=r.reused,
-                              not_run=dict(r.monitor.not_run) if r.monitor else {}, probe_path=str(probe) if probe and (workspace / probe).exists() else None, **r.facts)
+        measured = Measured(**r.facts, reused=r.reused, not_run=dict(r.monitor.not_run) if r.monitor else {})
+        return VariantOutcome(name=v.name, status="ok", measured=measured, evaluated=evaluated, grid=grid,
+                              probe_path=str(probe) if probe and (workspace / probe).exists() else None)
     except (EngineError, QuantizeError, MissingEnvError) as e:
         reporter.log(f"[{v.name}] NOT EVALUATED: {e}")
-        return VariantOutcome(name=v.name, status="error", error=str(e), **r.facts)
+        return VariantOutcome(name=v.name, status="error", error=str(e), measured=Measured(**r.facts))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
+from ..record_models import step_figures
 from .spec import ProbeSpec
 from ..engines import Endpoint
 from .analysis import Step, dist, max_load_within_slo, saturation_point, steady
@@ -45,15 +46,7 @@ class StepSummary:
     goodput: float | None = None
 
     def flat(self) -> dict[str, float]:
-        out = {"request_throughput": self.request_throughput, "output_throughput": self.output_throughput,
-               "errors": float(self.errors), "client_cpu_share": self.client_cpu_share}
-        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            for stat, v in getattr(self, name).items():
-                out[f"{name.removesuffix('_ms')}_{stat}_ms"] = v
-        out.update({f"server_{k}": v for k, v in self.server.items()})
-        if self.goodput is not None:
-            out["goodput"] = self.goodput
-        return out
+        return step_figures(self)
 
 
 def good_requests(results: list[RequestResult], slo: dict[str, float]) -> int:

@@ -370,21 +370,16 @@ def _fmt(x: float | None, spec: str) -> str:
 
 
 def _grid_helpers() -> dict:
-    from ..probe.grid import meets_slo
-
-    def is_best(g: Grid, row: str, k: int) -> bool:
-        return g.best is not None and (row, k) == (g.best.row, g.best.concurrency)
-
     def g_cell(g: Grid, row: str, k: int) -> str:
         c = next((c for c in g.cells if (c.row, c.concurrency) == (row, k)), None)
         if c is None:
             return "-"
-        if is_best(g, row, k):
+        if g.is_best(row, k):
             return f"**{c.output_throughput:.1f} (best)**"
-        return f"{c.output_throughput:.1f}" + ("" if meets_slo(c, g.slo) else " (misses SLO)")
+        return f"{c.output_throughput:.1f}" + ("" if c.meets_slo(g.slo) else " (misses SLO)")
 
     def g_mark(g: Grid, c: GridCell) -> str:
-        return "**best**" if is_best(g, c.row, c.concurrency) else ("yes" if meets_slo(c, g.slo) else "no")
+        return "**best**" if g.is_best(c.row, c.concurrency) else ("yes" if c.meets_slo(g.slo) else "no")
 
     def g_best(g: Grid) -> str:
         b = g.best

@@ -100,12 +100,10 @@ def grid_heatmap(v) -> bytes | None:
 
     import numpy as np
 
-    from ..probe.grid import matrix, meets_slo
-
     g = v.grid
     if g is None or not g.cells:
         return None
-    z = np.array(matrix(g), dtype=float)
+    z = np.array(g.matrix(), dtype=float)
     rows, cols = g.rows, g.concurrency
     fig, ax = plt.subplots(figsize=(1.5 * len(cols) + 3, 0.9 * len(rows) + 1.8))
     cmap = plt.get_cmap("Greys").with_extremes(bad="white")
@@ -122,7 +120,7 @@ def grid_heatmap(v) -> bytes | None:
                 continue
             is_best = (r, k) == best
             note = "best" if is_best else (f"{c.errors} errors" if c.errors else
-                                           ("" if meets_slo(c, g.slo) else "misses SLO"))
+                                           ("" if c.meets_slo(g.slo) else "misses SLO"))
             ax.text(j, i, f"{z[i, j]:.1f}" + (f"\n{note}" if note else ""), ha="center", va="center",
                     fontsize=10, fontweight="bold" if is_best else "normal", color="black")
             if is_best:

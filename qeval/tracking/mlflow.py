@@ -1,6 +1,7 @@
 """Log a run record to MLflow: a parent run per campaign, a child run per variant.
 
-Uses an explicit MlflowClient (no global tracking state). An upsert keyed by the qeval run id (tag) and
+Reads the record and the files the publish stage exports beside it (the per-item tables, flips.parquet, the
+report's), never the campaign's store. Uses an explicit MlflowClient (no global tracking state). An upsert keyed by the qeval run id (tag) and
 the variant (run name): `qeval sync` can be run any number of times, and a resumed run updates what
 its first part logged.
 """
@@ -15,15 +16,24 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from ..methods import scheme_params
 from ..record import RunRecord
-from ..record_models import Grid
-from ..quantize.base import scheme_params
-from ..store import ResultsStore
+from ..record_models import Grid, metric_segment
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
 from .spec import default_tracking_uri  # noqa: F401  (where callers have always found it)
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+# per grid cell (grid/<row>/c_<concurrency>/<figure>): the client's view, the engine's memory, the server's
+CELL_METRICS = ("output_throughput", "request_throughput", "ttft_p95_ms", "ttft_p99_ms", "tpot_p95_ms", "tpot_p99_ms",
+                "e2e_p95_ms", "errors", "requests", "memory_rss_bytes", "memory_gpu_bytes", "memory_kv_cache_bytes",
+                "server_queue_mean_ms", "server_ttft_mean_ms", "server_running_max", "server_waiting_max",
+                "server_kv_cache_usage_max")
+
+
+def items_file(run_dir: Path, name: str) -> Path:
+    """Where the publish stage exports a variant's per-item table (pipeline/publish.py export_items)."""
+    return run_dir / f"items-{name}.parquet"
 
 
 def metric_name(*parts: str) -> str:
@@ -79,14 +89,12 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
 def grid_metrics(grid: Grid | Mapping[str, Any] | None) -> dict[str, float]:
     """Per cell, grid/<row>/c_<concurrency>/<figure> (e.g. grid/mns_8/c_4/output_throughput), and the
     best cell under the SLOs as grid/best/* (its throughput, concurrency and engine settings)."""
-    from ..probe.grid import CELL_METRICS, figures, metric_segment
-
     if not grid:
         return {}
     g = Grid.model_validate(grid)  # a stored dict checked, a record's model as it is
     m: dict[str, float] = {}
     for c in g.cells:
-        f = figures(c)
+        f = c.figures()
         for k in CELL_METRICS:
             if f.get(k) is not None and f[k] == f[k]:
                 m[metric_name("grid", metric_segment(c.row), f"c_{c.concurrency}", k)] = f[k]
@@ -122,25 +130,12 @@ def probe_history(record: RunRecord, name: str) -> list[tuple[str, float, int]]:
     return out
 
 
-def items_table(store: ResultsStore, record: RunRecord, name: str) -> pd.DataFrame:
-    v = next(x for x in record.variants if x.name == name)
-    rows = []
-    for s in v.suites:
-        for r in store.records(v.key, s.key):
-            rows.append({"variant": name, "suite": s.suite, "item_id": r.item_id, "sample": r.sample,
-                         "group": r.group, "prompt_hash": r.prompt_hash, "doc_hash": r.doc_hash,
-                         "response": r.response, **{f"score.{k}": val for k, val in r.scores.items()}})
-    return pd.DataFrame(rows)
-
-
 def _log_grid(client, run_id: str, v, run_dir: Path, tmp: Path) -> None:
     """The grid as JSON (as in the run record), as a table of cells (Parquet), and its heat map."""
     import json
 
-    from ..probe.grid import table
-
     (tmp / f"grid-{v.name}.json").write_text(json.dumps(v.grid.model_dump(), indent=1))  # NaN as NaN, as before
-    pd.DataFrame(table(v.grid)).to_parquet(tmp / f"grid-{v.name}.parquet")
+    pd.DataFrame(v.grid.table()).to_parquet(tmp / f"grid-{v.name}.parquet")
     for f in (tmp / f"grid-{v.name}.json", tmp / f"grid-{v.name}.parquet", run_dir / f"grid-{v.name}.png"):
         if f.exists():
             client.log_artifact(run_id, str(f), "grid")
@@ -185,7 +180,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     children: dict[str, str] = {}
     flips_path = run_dir / "flips.parquet"
     flips = pd.read_parquet(flips_path) if flips_path.exists() else None
-    with ResultsStore(run_dir / "results.sqlite") as store, tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
             child = kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
             cid = child.info.run_id
@@ -204,10 +199,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                      **({"qeval.simulated": v.simulated} if v.simulated else {})}  # why: its perf figures are not its own
             _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
                     now)
-            if v.status == "ok":
-                table = Path(tmp) / f"items-{v.name}.parquet"
-                items_table(store, record, v.name).to_parquet(table)
-                client.log_artifact(cid, str(table), "items")
+            if v.status == "ok" and items_file(run_dir, v.name).exists():
+                client.log_artifact(cid, str(items_file(run_dir, v.name)), "items")
             # MLflow's table view (the UI shows it as a table); log_table appends to an existing file: once a run
             if v.flips and flips is not None and "flips.json" not in {a.path for a in client.list_artifacts(cid)}:
                 mine = flips[flips.variant == v.name].drop(columns=["variant"])

@@ -13,10 +13,10 @@ from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, GridEngineSpec, GridSpec, ProbeSpec, load_config
 from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
-from qeval.probe.grid import (assemble, best_cell, cell, cell_probe, figures, matrix, meets_slo, metric_segment,
-                              row_label, settings, table)
+from qeval.probe.grid import assemble, best_cell, cell, cell_probe, row_label, settings
 from qeval.probe.latency import StepSummary
 from qeval.record import RunRecord, VariantResult
+from qeval.record_models import Grid, GridCell, metric_segment
 from qeval.report import html, markdown, plots
 from qeval.settings import Settings
 from qeval.tracking.mlflow import grid_metrics, metric_name
@@ -64,11 +64,12 @@ def test_best_cell_is_the_fastest_within_the_slos():
 def test_a_cell_with_errors_or_a_missing_figure_never_wins():
     cells = [_cell(8, 1, 30.0), _cell(8, 4, 500.0, errors=1)]
     assert best_cell(cells, {})["concurrency"] == 1
-    assert not meets_slo(cells[1], {})
+    assert not GridCell.model_validate(cells[1]).meets_slo({})
     nan = _cell(8, 8, 900.0)
     nan["ttft_ms"] = dist([]).as_dict()  # no request timed
-    assert not meets_slo(nan, {"ttft_p95_ms": 1e9})
-    assert not meets_slo(_cell(8, 1, 30.0), {"server_kv_cache_usage_max": 1.0})  # not served: not met
+    assert not GridCell.model_validate(nan).meets_slo({"ttft_p95_ms": 1e9})
+    # not served: not met
+    assert not GridCell.model_validate(_cell(8, 1, 30.0)).meets_slo({"server_kv_cache_usage_max": 1.0})
 
 
 def test_ties_go_to_the_lower_concurrency():
@@ -78,12 +79,12 @@ def test_ties_go_to_the_lower_concurrency():
 def test_matrix_table_and_figures():
     g = _grid(errors={"mns=16": "boom"})
     g["rows"].append("mns=16")  # a row whose engine failed: no cells
-    m = matrix(g)
+    m = Grid.model_validate(g).matrix()
     assert m[1] == [31.0, 90.0, 120.0] and all(math.isnan(x) for x in m[2])
-    t = table(g)
+    t = Grid.model_validate(g).table()
     assert [r["best"] for r in t].count(True) == 1
     assert t[0]["max_num_seqs"] == 2 and t[0]["memory_rss_bytes"] == 900 * 2**20
-    f = figures(g["cells"][4])
+    f = GridCell.model_validate(g["cells"][4]).figures()
     assert f["ttft_p95_ms"] == 300 and f["server_queue_mean_ms"] == 12.0 and f["requests"] == 16
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from qeval.config import RecipeSpec, VariantSpec, load_config
 from qeval.errors import ConfigError
-from qeval.quantize.base import scheme_params
+from qeval.methods import scheme_params
 from qeval.quantize.llmcompressor import LlmCompressor
 from qeval.settings import Runtime
 

@@ -40,3 +40,30 @@ def test_fixed_n_gates_log_no_items(stopped_campaign):
                                                                      for s in v.suites]}) for v in rec.variants]})
     m = variant_metrics(fixed, "bad")
     assert "gate/custom/facts/contains" in m and not any(k.startswith(("sequential/", "items_")) for k in m)
+
+
+def test_mlflow_reads_the_record_and_the_files_beside_it_not_the_store(stopped_campaign, tmp_path):
+    """Each evaluated variant's per-item table is the file the publish stage exported beside run.json; a run
+    folder without its results.sqlite is logged whole."""
+    import shutil
+
+    import mlflow
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    rec = stopped_campaign.record
+    run_dir = tmp_path / "copy"
+    shutil.copytree(stopped_campaign.run_dir, run_dir, ignore=shutil.ignore_patterns("results.sqlite*"))
+    assert not list(run_dir.glob("results.sqlite*"))
+    uri = default_tracking_uri(tmp_path)
+    out = log_record(rec, run_dir, uri)
+    client = MlflowClient(tracking_uri=uri)
+    kids = {r.info.run_name: r.info.run_id for r in client.search_runs(
+        [out["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")}
+    assert not (run_dir / "results.sqlite").exists()  # nothing opened (nor made) a store
+    for v in rec.variants:
+        assert [a.path for a in client.list_artifacts(kids[v.name], "items")] == [f"items/items-{v.name}.parquet"]
+        got = pd.read_parquet(mlflow.artifacts.download_artifacts(
+            run_id=kids[v.name], artifact_path=f"items/items-{v.name}.parquet", tracking_uri=uri))
+        assert len(got) == sum(s.n for s in v.suites) > 0 and set(got.variant) == {v.name}
+        assert sorted(set(got.suite)) == sorted(s.suite for s in v.suites)
