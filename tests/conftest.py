@@ -107,10 +107,10 @@ def spawn(request) -> Callable[..., subprocess.Popen]:
 
 @pytest.fixture(scope="session")
 def stopped_campaign(tmp_path_factory):
-    """A real record of sequential gates on the fake engine (tests/test_sequential_pipeline.py's campaign)
+    """A real record of sequential gates on the fake engine (tests/pipeline/test_sequential_pipeline.py's campaign)
     with stop_variant_on_fail: `bad` FAILs custom/facts at 100 of 400 items and skips custom/sums
     (NOT_RUN); `same` PASSes both at 200 of 400. Run once for the report, tracking and CLI tests."""
-    from tests.test_sequential_pipeline import _run
+    from tests.pipeline.test_sequential_pipeline import _run
 
     gates = ("{rules: [{match: '*', margin: 0.05}], stop_variant_on_fail: true, "
              "sequential: {method: gsd, look_every: 100, min_items: 100}}")

@@ -23,7 +23,7 @@ from qeval.record import Comparison
 from qeval.settings import Settings
 from qeval.verdict.noise import NoiseFloorSpec, floor_figures, within_floor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites" / "custom"
 ANSWERS = [SUITES / "capitals.jsonl"]
 

@@ -20,7 +20,7 @@ from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.stats.sequential import gsd_gate
 from qeval.verdict.sequential import evaluation_order, prefix_length, suite_order
-from tests.test_pipeline_fake import _suites
+from tests.pipeline.test_pipeline_fake import _suites
 
 N = 400  # items per suite: a decided FAIL at the first look (100) saves three quarters of them
 

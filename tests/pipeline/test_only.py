@@ -19,9 +19,9 @@ from qeval.record import RunRecord, VariantResult
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
 
-from .loopback import Loopback, js
+from tests.loopback import Loopback, js
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CAMPAIGN = """\
 name: only

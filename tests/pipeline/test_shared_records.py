@@ -15,7 +15,7 @@ from qeval.pipeline.sink import StoreSink
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CAMPAIGN = """\
 name: {name}

@@ -20,7 +20,7 @@ from qeval.record import RunRecord, VariantResult
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CAMPAIGN = """\
 name: cut

@@ -20,7 +20,7 @@ from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from tests.conftest import MARK, marked, wait_gone
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites" / "custom"
 ANSWERS = [SUITES / "capitals.jsonl"]
 CAPITALS = len((SUITES / "capitals.jsonl").read_text().splitlines())  # 53 items
