@@ -131,3 +131,43 @@ suites:
   - {{kind: custom, path: {Path(__file__).resolve().parent.parent}/suites/custom/capitals.yaml}}
 """ + extra)
     return path
+
+
+def _plain(value):
+    """What yaml.safe_dump writes: paths as their text, tuples as lists, all the way down."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def campaign_file(root: Path, *, name: str = "t", model: dict | None = None, output_dir: str | Path | None = "runs",
+                  baseline: dict | None = None, variants: Iterable[dict] = (), engine: dict | None = None,
+                  suites: Iterable[dict] | None = None, probe: dict | None = None, gates: dict | str | None = None,
+                  mlflow: dict | None = None, extra: dict | None = None, file: str = "c.yaml") -> Path:
+    """A campaign file `root/file`, written from plain data: the baseline defaults to bf16 `base` of the model
+    at ck/base (a fake checkpoint's folder); a section left at None is not written (qeval's default holds);
+    `extra` adds top-level keys after the others. Short mappings are written inline, as a person writes them
+    (`mlflow: {enabled: false}`), so a test may still add a line after one. Relative paths are read from root."""
+    import yaml
+
+    cfg = {"name": name, "model": {"path": "ck/base"} if model is None else model, "output_dir": output_dir,
+           "baseline": {"name": "base", "method": "bf16"} if baseline is None else baseline,
+           "variants": list(variants), "engine": engine, "suites": None if suites is None else list(suites),
+           "probe": probe, "gates": gates, "mlflow": mlflow, **(extra or {})}
+    path = root / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(_plain({k: v for k, v in cfg.items() if v is not None}), sort_keys=False,
+                                   default_flow_style=None, width=120))
+    return path
+
+
+def fake_checkpoint(root: Path, name: str, spec) -> str:
+    """A fake engine's checkpoint (a FakeEngineSpec) at root/ck/name; its path as a campaign under root names it."""
+    from qeval.engines.fake import write_checkpoint
+
+    write_checkpoint(root / "ck" / name, spec)
+    return f"ck/{name}"
