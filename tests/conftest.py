@@ -148,10 +148,11 @@ def campaign_file(root: Path, *, name: str = "t", model: dict | None = None, out
                   baseline: dict | None = None, variants: Iterable[dict] = (), engine: dict | None = None,
                   suites: Iterable[dict] | None = None, probe: dict | None = None, gates: dict | str | None = None,
                   mlflow: dict | None = None, extra: dict | None = None, file: str = "c.yaml") -> Path:
-    """A campaign file `root/file`, written from plain data: the baseline defaults to bf16 `base` of the model
-    at ck/base (a fake checkpoint's folder); a section left at None is not written (qeval's default holds);
-    `extra` adds top-level keys after the others. Short mappings are written inline, as a person writes them
-    (`mlflow: {enabled: false}`), so a test may still add a line after one. Relative paths are read from root."""
+    """A campaign file `root/file`, written from plain data (paths may be Path objects; `gates` a policy or the
+    path of a policy file). The model defaults to ck/base (a fake_checkpoint's folder), the baseline to bf16
+    `base`; a section left at None is not written, so qeval's default holds; `extra` adds top-level keys after
+    the others. Short mappings are written inline (`mlflow: {enabled: false}`), so a test may still add a line
+    after one. qeval reads relative paths from the file's folder."""
     import yaml
 
     cfg = {"name": name, "model": {"path": "ck/base"} if model is None else model, "output_dir": output_dir,
