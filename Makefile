@@ -43,8 +43,9 @@ test: setup browser actionlint
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d $(SITE)
 	$(VENV)/bin/pytest -q -rs --durations=25 tests  # the 25 slowest, for CI logs: where the time goes
 
+# the fast layer: no real vLLM server, no Ray cluster (the Ray tests start one, some with network namespaces: root)
 test-fast: $(VENV)/.stamp actionlint
-	$(VENV)/bin/pytest -q -m "not slow" tests
+	$(VENV)/bin/pytest -q -m "not slow and not ray" tests
 
 clean-cache:
 	rm -rf $(QEVAL_CACHE)

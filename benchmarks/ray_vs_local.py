@@ -50,7 +50,7 @@ mlflow: {{enabled: false}}
 
 
 def fake_campaign(root: Path) -> Path:
-    from tests.test_pipeline_fake import _campaign
+    from tests.pipeline.test_pipeline_fake import _campaign
 
     root.mkdir(parents=True, exist_ok=True)
     return _campaign(root, token_delay_s=0.02)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.ray_vs_local import QEVAL, cpu_kind, records, timed  # noqa: E402
 from tests.ray_cluster import QUIET, Cluster  # noqa: E402
-from tests.test_ray_executor import tp_campaign  # noqa: E402
+from tests.pipeline.test_ray_executor import tp_campaign  # noqa: E402
 
 
 def main() -> None:

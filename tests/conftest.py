@@ -145,10 +145,10 @@ def spawn(request) -> Callable[..., subprocess.Popen]:
 
 @pytest.fixture(scope="session")
 def stopped_campaign(tmp_path_factory):
-    """A real record of sequential gates on the fake engine (tests/test_sequential_pipeline.py's campaign)
+    """A real record of sequential gates on the fake engine (tests/pipeline/test_sequential_pipeline.py's campaign)
     with stop_variant_on_fail: `bad` FAILs custom/facts at 100 of 400 items and skips custom/sums
     (NOT_RUN); `same` PASSes both at 200 of 400. Run once for the report, tracking and CLI tests."""
-    from tests.test_sequential_pipeline import _run
+    from tests.pipeline.test_sequential_pipeline import _run
 
     gates = ("{rules: [{match: '*', margin: 0.05}], stop_variant_on_fail: true, "
              "sequential: {method: gsd, look_every: 100, min_items: 100}}")
@@ -169,3 +169,44 @@ suites:
   - {{kind: custom, path: {Path(__file__).resolve().parent.parent}/suites/custom/capitals.yaml}}
 """ + extra)
     return path
+
+
+def _plain(value):
+    """What yaml.safe_dump writes: paths as their text, tuples as lists, all the way down."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def campaign_file(root: Path, *, name: str = "t", model: dict | None = None, output_dir: str | Path | None = "runs",
+                  baseline: dict | None = None, variants: Iterable[dict] = (), engine: dict | None = None,
+                  suites: Iterable[dict] | None = None, probe: dict | None = None, gates: dict | str | None = None,
+                  mlflow: dict | None = None, extra: dict | None = None, file: str = "c.yaml") -> Path:
+    """A campaign file `root/file`, written from plain data (paths may be Path objects; `gates` a policy or the
+    path of a policy file). The model defaults to ck/base (a fake_checkpoint's folder), the baseline to bf16
+    `base`; a section left at None is not written, so qeval's default holds; `extra` adds top-level keys after
+    the others. Short mappings are written inline (`mlflow: {enabled: false}`), so a test may still add a line
+    after one. qeval reads relative paths from the file's folder."""
+    import yaml
+
+    cfg = {"name": name, "model": {"path": "ck/base"} if model is None else model, "output_dir": output_dir,
+           "baseline": {"name": "base", "method": "bf16"} if baseline is None else baseline,
+           "variants": list(variants), "engine": engine, "suites": None if suites is None else list(suites),
+           "probe": probe, "gates": gates, "mlflow": mlflow, **(extra or {})}
+    path = root / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(_plain({k: v for k, v in cfg.items() if v is not None}), sort_keys=False,
+                                   default_flow_style=None, width=120))
+    return path
+
+
+def fake_checkpoint(root: Path, name: str, spec) -> str:
+    """A fake engine's checkpoint (a FakeEngineSpec) at root/ck/name; its path as a campaign under root names it."""
+    from qeval.engines.fake import write_checkpoint
+
+    write_checkpoint(root / "ck" / name, spec)
+    return f"ck/{name}"

@@ -21,6 +21,7 @@ from qeval.config import load_config
 from qeval.errors import ConfigError, MissingEnvError
 from qeval.settings import Settings
 from qeval.suites.custom import load_items
+from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEM = {"id": "a", "prompt": "What is 2 + 2?", "reference": "4"}
@@ -33,10 +34,8 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "p.yaml").write_text("rules: [{match: '*', margin: 0.05}]\n")
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "config.json").write_text("{}")
-    cfg = {"name": "t", "model": {"path": "ck"}, "output_dir": "runs", "baseline": {"name": "base", "method": "bf16"},
-           "variants": [{"name": "q", "method": "gptq"}], "suites": [{"kind": "custom", "path": "s.yaml"}],
-           "gates": "p.yaml"}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    campaign_file(tmp_path, model={"path": "ck"}, variants=[{"name": "q", "method": "gptq"}],
+                  suites=[{"kind": "custom", "path": "s.yaml"}], gates="p.yaml")
     return {"config": tmp_path / "c.yaml", "suite": tmp_path / "s.yaml", "items": tmp_path / "items.jsonl",
             "policy": tmp_path / "p.yaml"}
 

@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tests.conftest import campaign_file
 
 # `qeval plan` reads the embedded model and the benchmark data that `make setup` builds: not in `make test-fast`
 NEEDS_SETUP = pytest.mark.slow
@@ -18,6 +21,7 @@ def qeval(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def base(tmp_path: Path, suite: str = f"{ROOT}/suites/custom/capitals.yaml") -> str:
+    # written by hand, not by tests.conftest.campaign_file: the errors below name its lines (6, 9)
     return f"""name: t
 model: {{builtin: smollm2-135m-instruct}}
 output_dir: {tmp_path}/runs
@@ -91,10 +95,11 @@ def test_plan_counts_groups_when_the_policy_assumes_their_correlation(tmp_path):
     (suite / "s.yaml").write_text("name: grouped\nitems: items.jsonl\nscorers: [{kind: exact}]\n")
     rows = {}
     for icc in ("null", "0.5"):
-        cfg = tmp_path / f"c-{icc}.yaml"
-        cfg.write_text(f"name: grouped\nmodel: {{builtin: smollm2-135m-instruct}}\nbaseline: {{name: b, method: bf16}}\n"
-                       f"variants: [{{name: q, method: int8}}]\nsuites: [{{kind: custom, path: {suite / 's.yaml'}}}]\n"
-                       f"gates: {{rules: [{{match: '*', margin: 0.1, planning_icc: {icc}}}]}}\n")
+        cfg = campaign_file(tmp_path, name="grouped", file=f"c-{icc}.yaml",
+                            model={"builtin": "smollm2-135m-instruct"}, output_dir=None,
+                            baseline={"name": "b", "method": "bf16"}, variants=[{"name": "q", "method": "int8"}],
+                            suites=[{"kind": "custom", "path": suite / "s.yaml"}],
+                            gates={"rules": [{"match": "*", "margin": 0.1, "planning_icc": yaml.safe_load(icc)}]})
         r = qeval("plan", str(cfg), "--json")
         assert r.returncode == 0, r.stderr
         [rows[icc]] = json.loads(r.stdout)

@@ -17,6 +17,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return p
 
 
+# written by hand, not by tests.conftest.campaign_file: the errors below name its lines
 GOOD = f"""\
 name: t
 model: {{builtin: smollm2-135m-instruct}}

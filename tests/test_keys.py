@@ -26,20 +26,20 @@ from qeval.settings import Runtime, Settings
 from qeval.suites.custom import load_suite
 from qeval.suites.lmeval import resolve_tasks
 from qeval.suites.logprobs import load_logprobs_suite
+from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = next(p for p in (ROOT / "examples" / "demo.yaml", ROOT / "configs" / "demo.yaml") if p.is_file())
 
 
-def _campaign(tmp_path: Path, engine: str = "") -> Path:
-    """A campaign file of its own (relative paths, an engine block), its suite beside it."""
+def _campaign(tmp_path: Path, extra: dict | None = None) -> Path:
+    """A campaign file of its own (relative paths; `extra`: an engine block, say), its suite beside it."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "capitals.yaml").write_text((ROOT / "suites/custom/capitals.yaml").read_text())
     (tmp_path / "capitals.jsonl").write_text((ROOT / "suites/custom/capitals.jsonl").read_text())
-    f = tmp_path / "c.yaml"
-    f.write_text("name: t\nmodel: {builtin: smollm2-135m-instruct}\nbaseline: {name: base, method: bf16}\n"
-                 "variants:\n  - {name: q, method: gptq}\nsuites:\n  - {kind: custom, path: capitals.yaml}\n" + engine)
-    return f
+    return campaign_file(tmp_path, model={"builtin": "smollm2-135m-instruct"}, output_dir=None,
+                         variants=[{"name": "q", "method": "gptq"}],
+                         suites=[{"kind": "custom", "path": "capitals.yaml"}], extra=extra)
 
 
 class NewSpec(ServedEngineSpec):
@@ -54,13 +54,13 @@ class NewEngine(EngineBase):
 
 
 def test_a_new_built_in_engine_kind_leaves_every_campaigns_hash_alone(monkeypatch, tmp_path):
-    gpu = _campaign(tmp_path, "engine: {device: gpu, max_num_seqs: 8}\n")
+    gpu = _campaign(tmp_path, {"engine": {"device": "gpu", "max_num_seqs": 8}})
     before = {f: load_config(f).config_hash() for f in (DEMO, gpu)}
     monkeypatch.setitem(ENGINES._items, "newkind", NewEngine)  # registered as qeval's own kinds are
     monkeypatch.setitem(engine_specs._BUILT_IN, "newkind", NewSpec)
     assert load_config(gpu).engine.kind == "vllm"
     assert {f: load_config(f).config_hash() for f in (DEMO, gpu)} == before
-    new = load_config(_campaign(tmp_path / "n", "engine: {kind: newkind}\n"))
+    new = load_config(_campaign(tmp_path / "n", {"engine": {"kind": "newkind"}}))
     assert type(new.engine) is NewSpec and new.config_hash() != before[gpu]
 
 
@@ -69,14 +69,14 @@ class LaterVllmSpec(VllmSpec):
 
 
 def test_a_new_knob_at_its_default_leaves_the_hash_and_set_changes_it(monkeypatch, tmp_path):
-    engine = _campaign(tmp_path, "engine: {kv_cache_gib: 4}\n")
+    engine = _campaign(tmp_path, {"engine": {"kv_cache_gib": 4}})
     before = {f: load_config(f).config_hash() for f in (DEMO, engine)}
     monkeypatch.setattr(VllmEngine, "Spec", LaterVllmSpec)
     assert type(load_config(engine).engine) is LaterVllmSpec
     assert {f: load_config(f).config_hash() for f in (DEMO, engine)} == before
-    written = _campaign(tmp_path / "w", "engine: {kv_cache_gib: 4, new_knob: 3}\n")  # written, at its default
+    written = _campaign(tmp_path / "w", {"engine": {"kv_cache_gib": 4, "new_knob": 3}})  # written, at its default
     assert load_config(written).config_hash() == before[engine]
-    changed = load_config(_campaign(tmp_path / "s", "engine: {kv_cache_gib: 4, new_knob: 5}\n"))
+    changed = load_config(_campaign(tmp_path / "s", {"engine": {"kv_cache_gib": 4, "new_knob": 5}}))
     assert changed.engine.new_knob == 5 and changed.config_hash() != before[engine]
 
 
@@ -96,7 +96,7 @@ def test_a_new_top_level_knob_at_its_default_leaves_the_hash(monkeypatch):
 
 def test_where_results_are_logged_or_variants_run_is_no_part_of_the_hash(tmp_path):
     plain = load_config(_campaign(tmp_path / "a")).config_hash()
-    elsewhere = _campaign(tmp_path / "b", "mlflow: {experiment: other}\nexecutor: {kind: local}\n")
+    elsewhere = _campaign(tmp_path / "b", {"mlflow": {"experiment": "other"}, "executor": {"kind": "local"}})
     assert load_config(elsewhere).config_hash() == plain
 
 

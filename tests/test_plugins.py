@@ -19,6 +19,7 @@ from qeval.errors import ConfigError
 from qeval.settings import Settings
 from qeval.suites.scorers import SCORERS
 from qeval.suites.spec import SUITES
+from tests.conftest import campaign_file, fake_checkpoint
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
@@ -35,6 +36,7 @@ def workspace(tmp_path: Path, engine: dict, scorer: dict) -> Path:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "items": "items.jsonl", "scorers": [scorer]}))
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "config.json").write_text("{}")
+    # its own dump, not tests.conftest.campaign_file: the misspelled kinds below are found by their line (12, 13)
     cfg = {"name": "t", "model": {"path": "ck"}, "baseline": {"name": "base", "method": "bf16"},
            "variants": [{"name": "q", "method": "checkpoint", "checkpoint": "ck"}],
            "engine": engine, "suites": [{"kind": "custom", "path": "s.yaml"}]}
@@ -84,19 +86,15 @@ def test_without_the_plugin_its_kind_is_unknown(tmp_path):
 def test_a_plugin_suite_kind_runs_and_is_gated_end_to_end(plugin, tmp_path):
     """A suite kind a plugin registers (its SuiteRef resolves to its own Suite) is served, stored, paired
     and gated like a built-in one: on the fake engine, baseline and variant, through the whole campaign."""
-    from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+    from qeval.engines.fake import FakeEngineSpec
     from qeval.pipeline import campaign
     from qeval.store import ResultsStore
 
-    write_checkpoint(tmp_path / "ck" / "base", FakeEngineSpec())
-    write_checkpoint(tmp_path / "ck" / "q", FakeEngineSpec(model="other"))
-    cfg = {"name": "words", "model": {"path": "ck/base"}, "output_dir": "runs",
-           "baseline": {"name": "base", "method": "bf16"},
-           "variants": [{"name": "q", "method": "checkpoint", "checkpoint": "ck/q"}],
-           "engine": {"kind": "fake", "startup_timeout_s": 10},
-           "suites": [{"kind": "words", "n": 30, "words": 2}],
-           "gates": {"rules": [{"match": "words/*", "margin": 0.2}]}, "mlflow": {"enabled": False}}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    fake_checkpoint(tmp_path, "base", FakeEngineSpec())
+    q = fake_checkpoint(tmp_path, "q", FakeEngineSpec(model="other"))
+    campaign_file(tmp_path, name="words", variants=[{"name": "q", "method": "checkpoint", "checkpoint": q}],
+                  engine={"kind": "fake", "startup_timeout_s": 10}, suites=[{"kind": "words", "n": 30, "words": 2}],
+                  gates={"rules": [{"match": "words/*", "margin": 0.2}]}, mlflow={"enabled": False})
     result = campaign.run(load_config(tmp_path / "c.yaml"), Settings(cache=tmp_path / "cache", share_records=False),
                           config_file=str(tmp_path / "c.yaml"))
     record = result.record

@@ -3,22 +3,20 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import ConfigError, LmEvalSuiteRef, load_config
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings
 from qeval.suites.lmeval import resolve_tasks
+from tests.conftest import campaign_file
 
 
 def _cfg(tmp_path, **over) -> Path:
     (tmp_path / "config.json").write_text("{}")
-    doc = {"name": "s", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+    doc = {"model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
            "variants": [{"name": "w", "method": "gptq"}], "probe": {"enabled": True}, **over}
-    f = tmp_path / "c.yaml"
-    f.write_text(yaml.safe_dump(doc))
-    return f
+    return campaign_file(tmp_path, name="s", output_dir=None, **doc)
 
 
 def _argv(cfg, v, tmp_path) -> list[str]:

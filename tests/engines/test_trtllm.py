@@ -4,7 +4,6 @@ the server's argv, its capabilities, and the campaign-file checks that keep it f
 from pathlib import Path
 
 import pytest
-import yaml
 
 from qeval.pipeline.plan import engine_spec as _engine_spec, plan
 from qeval.config import ConfigError, load_config
@@ -12,20 +11,19 @@ from qeval.engines.trtllm import TrtllmEngine
 from qeval.errors import MissingEnvError, QuantizeError
 from qeval.quantize import quantizer_for
 from qeval.settings import Runtime, Settings
+from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(tmp_path, **over) -> Path:
-    doc = {"name": "t", "model": {"builtin": "smollm2-135m-instruct"}, "baseline": {"name": "bf16", "method": "bf16"},
+    doc = {"model": {"builtin": "smollm2-135m-instruct"}, "baseline": {"name": "bf16", "method": "bf16"},
            "variants": [{"name": "trt", "method": "fp8", "quantizer": "trtllm",
                          "engine": {"kind": "trtllm", "backend": "tensorrt", "max_batch_size": 16}}],
            "engine": {"device": "gpu"},
            "suites": [{"kind": "custom", "path": str(ROOT / "suites/custom/capitals.yaml")}],
            "probe": {"enabled": True, "concurrency": [1, 4, 16]}, **over}
-    f = tmp_path / "c.yaml"
-    f.write_text(yaml.safe_dump(doc))
-    return f
+    return campaign_file(tmp_path, output_dir=None, **doc)
 
 
 def test_argv_and_capabilities(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from qeval.record import RunRecord
 
-from ..conftest import descendants, sees
+from ..conftest import campaign_file, descendants, sees
 from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -20,31 +20,24 @@ EXPECTED = {"custom/capitals": 53, "custom/arithmetic": 40, "lm_eval/oe_arc_easy
 
 
 def _config(tmp_path: Path, base_model: Path, endpoint) -> Path:
-    cfg = tmp_path / "e2e.yaml"
-    cfg.write_text(f"""
-name: e2e
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  # the smallest calibration that still runs SmoothQuant + GPTQ for real (the demo keeps the full one)
-  - {{name: int8, method: int8, recipe: {{calibration_samples: 8, calibration_seq_len: 64}}}}
-  # the bf16 server the tests share, already running: same model, so it must pair exactly and pass
-  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-      checkpoint: {base_model}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1}}
-# one request in flight at a time: vLLM's answers then do not depend on what else shared the batch, so two
-# servers of the same model agree exactly (under load, concurrent batches flipped an item)
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}, concurrency: 1}}
-  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}, concurrency: 1}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_arc_easy], limit: 30,
-      num_concurrent: 1}}
-gates:
-  rules: [{{match: "*", margin: 0.15, alpha: 0.05}}]  # wide enough for these small suites to have the power
-mlflow: {{server: true}}  # log through a real `mlflow server` on loopback
-""")
-    return cfg
+    return campaign_file(
+        tmp_path, name="e2e", file="e2e.yaml", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[
+            # the smallest calibration that still runs SmoothQuant + GPTQ for real (the demo keeps the full one)
+            {"name": "int8", "method": "int8", "recipe": {"calibration_samples": 8, "calibration_seq_len": 64}},
+            # the bf16 server the tests share, already running: same model, so it must pair exactly and pass
+            {"name": "same", "method": "external", "endpoint": endpoint.base_url, "served_model": endpoint.model,
+             "checkpoint": base_model}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1},
+        # one request in flight at a time: vLLM's answers then do not depend on what else shared the batch, so two
+        # servers of the same model agree exactly (under load, concurrent batches flipped an item)
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml", "concurrency": 1},
+                {"kind": "custom", "path": ROOT / "suites/custom/arithmetic.yaml", "concurrency": 1},
+                {"kind": "lm_eval", "include_path": ROOT / "suites/lmeval", "tasks": ["oe_arc_easy"], "limit": 30,
+                 "num_concurrent": 1}],
+        gates={"rules": [{"match": "*", "margin": 0.15, "alpha": 0.05}]},  # wide enough for these small suites' power
+        mlflow={"server": True})  # log through a real `mlflow server` on loopback
 
 
 def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_path):

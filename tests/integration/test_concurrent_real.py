@@ -8,6 +8,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
+from ..conftest import campaign_file
 from .conftest import ROOT, qeval, tiny_llama, wait_exit
 
 pytestmark = pytest.mark.slow
@@ -19,20 +20,13 @@ def test_two_campaigns_at_once(spawn, tmp_path):
     before = set(settings.variants.glob(f"{model.name}-rtn-*.tmp-*"))  # another run's debris is not ours to judge
     procs, cfgs = [], []
     for name in ("one", "two"):
-        cfg = tmp_path / f"{name}.yaml"
-        cfg.write_text(f"""
-name: {name}
-model: {{path: {model}}}
-output_dir: {tmp_path / name}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4, method: rtn, recipe: {{group_size: 32}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
-gates: {{rules: [{{match: "*", margin: 0.5}}]}}
-mlflow: {{enabled: false}}
-""")
+        cfg = campaign_file(
+            tmp_path, name=name, file=f"{name}.yaml", model={"path": model}, output_dir=tmp_path / name,
+            baseline={"name": "bf16", "method": "bf16"},
+            variants=[{"name": "w4", "method": "rtn", "recipe": {"group_size": 32}}],
+            engine={"enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 512},
+            suites=[{"kind": "custom", "path": ROOT / "suites/custom/arithmetic.yaml"}],
+            gates={"rules": [{"match": "*", "margin": 0.5}]}, mlflow={"enabled": False})
         cfgs.append(cfg)
         procs.append(qeval(spawn, "run", str(cfg), log=tmp_path / f"{name}.log"))
     for name, p in zip(("one", "two"), procs):

@@ -16,7 +16,7 @@ from qeval.engines.process import ORPHAN_GRACE_S
 from qeval.engines.vllm import VllmEngine
 from qeval.errors import EngineError
 
-from ..conftest import describe, descendants as _descendants, sees_marked, wait_gone
+from ..conftest import campaign_file, describe, descendants as _descendants, sees_marked, wait_gone
 from .conftest import ROOT, qeval, wait_for
 
 pytestmark = pytest.mark.slow
@@ -94,18 +94,12 @@ def test_bad_checkpoint_fails_with_log_tail(settings, engine_spec, tmp_path):
 
 
 def _campaign_file(tmp_path: Path, base_model: Path) -> Path:
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: lifecycle
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants: [{{name: same, method: checkpoint, checkpoint: {base_model}}}]
-engine: {{enforce_eager: true, kv_cache_gib: 1}}
-suites: [{{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}]
-mlflow: {{enabled: false}}
-""")
-    return cfg
+    return campaign_file(
+        tmp_path, name="lifecycle", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "same", "method": "checkpoint", "checkpoint": base_model}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1},
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}], mlflow={"enabled": False})
 
 
 def _servers(pid: int) -> list[psutil.Process]:

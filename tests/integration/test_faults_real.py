@@ -16,6 +16,7 @@ from qeval.engines.watchdog import FAILURES, HEALTH_TIMEOUT_S, INTERVAL_S
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
+from ..conftest import campaign_file
 from .conftest import ROOT, count_records, qeval, run_qeval, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -34,22 +35,15 @@ def test_engine_killed_mid_suite_is_restarted_and_resumed(spawn, base_model, tmp
     bad = tmp_path / "broken-ckpt"
     bad.mkdir()
     (bad / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: faults
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: broken, method: checkpoint, checkpoint: {bad}}}   # cannot start: reported, never PASS
-  - {{name: same, method: checkpoint, checkpoint: {base_model}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 2}}
-suites:
-  - {{kind: logprobs, name: pydoc, chunks: 32, top_k: 5}}
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="faults", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "broken", "method": "checkpoint", "checkpoint": bad},  # cannot start: reported, never PASS
+                  {"name": "same", "method": "checkpoint", "checkpoint": base_model}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_restarts": 2},
+        suites=[{"kind": "logprobs", "name": "pydoc", "chunks": 32, "top_k": 5},
+                {"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]}, mlflow={"enabled": False})
     db = tmp_path / "runs" / "faults" / "results.sqlite"
     log = tmp_path / "cli.log"
     cli, server = _run_until_records(spawn, cfg, db, log)
@@ -74,21 +68,14 @@ def test_time_budget_leaves_variants_not_evaluated_and_resumable(spawn, server, 
     """`--max-minutes`: no variant starts after the budget; the rest are NOT_EVALUATED (exit 3), the
     run stays open, and the same command without the budget finishes it."""
     _, endpoint = server
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: budget
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-            checkpoint: {base_model}}}
-variants:
-  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-      checkpoint: {base_model}}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
-""")
+    served = {"method": "external", "endpoint": endpoint.base_url, "served_model": endpoint.model,
+              "checkpoint": base_model}
+    cfg = campaign_file(
+        tmp_path, name="budget", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", **served}, variants=[{"name": "same", **served}],
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]},
+        mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     first = run_qeval(spawn, "run", str(cfg), "--max-minutes", "0")
     assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
     rec = RunRecord.load(tmp_path / "runs" / "budget" / "run.json")
@@ -116,20 +103,13 @@ def test_modelopt_fp8_is_made_here_and_refused_by_vllm_cpu_with_its_cause(spawn,
     (quant_method modelopt) but has no FP8 kernel here: the variant is NOT_EVALUATED, the error names
     it and quotes the engine log's root cause, and the rest of the campaign still runs."""
     _, endpoint = server
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: modelopt
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-            checkpoint: {base_model}}}
-variants:
-  - {{name: mo-fp8, method: fp8, quantizer: modelopt, recipe: {{calibration_samples: 8}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 0}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="modelopt", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "external", "endpoint": endpoint.base_url,
+                  "served_model": endpoint.model, "checkpoint": base_model},
+        variants=[{"name": "mo-fp8", "method": "fp8", "quantizer": "modelopt", "recipe": {"calibration_samples": 8}}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_restarts": 0},
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}], mlflow={"enabled": False})
     settings = Settings.from_env()
     assert settings.modelopt.exists(), "built by `qeval setup` (make setup)"
     out = run_qeval(spawn, "run", str(cfg))
@@ -152,21 +132,14 @@ def test_engine_that_stops_answering_is_detected_restarted_and_resumed(spawn, se
     (the request timeout stays the long default: a slow engine is waited for), the server is killed and
     started again, and the suite resumes from the last stored record: every item once."""
     _, endpoint = server
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: hang
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-      checkpoint: {base_model}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_restarts: 1}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="hang", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "same", "method": "external", "endpoint": endpoint.base_url,
+                   "served_model": endpoint.model, "checkpoint": base_model}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_restarts": 1},
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]}, mlflow={"enabled": False})
     db = tmp_path / "runs" / "hang" / "results.sqlite"
     log = tmp_path / "cli.log"
     cli, server = _run_until_records(spawn, cfg, db, log)

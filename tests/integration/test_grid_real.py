@@ -12,27 +12,23 @@ from qeval.pipeline.campaign import run
 from qeval.config import load_config
 from qeval.record import RunRecord
 
+from ..conftest import campaign_file
+
 pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path, base_model, endpoint):
-    cfg = tmp_path / "grid.yaml"
-    cfg.write_text(f"""
-name: grid
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:  # the server the tests share: external, so not in the grid (the grid restarts engines)
-  - {{name: same, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_num_seqs: 4}}
-probe: {{prompt_tokens: 32, output_tokens: 16, warmup_requests: 2, slo: {{ttft_p95_ms: 60000}}}}
-grid:
-  engine: {{max_num_seqs: [1, 4]}}
-  concurrency: [1, 4]
-  requests_per_cell: 8
-  max_seconds_per_cell: 600  # a bound on a cell, not its expected length (a slower CPU must not cut it)
-  max_cells: 4
-""")
+    cfg = campaign_file(
+        tmp_path, name="grid", file="grid.yaml", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        # the server the tests share: external, so not in the grid (the grid restarts engines)
+        variants=[{"name": "same", "method": "external", "endpoint": endpoint.base_url,
+                   "served_model": endpoint.model}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_num_seqs": 4},
+        probe={"prompt_tokens": 32, "output_tokens": 16, "warmup_requests": 2, "slo": {"ttft_p95_ms": 60000}},
+        extra={"grid": {"engine": {"max_num_seqs": [1, 4]}, "concurrency": [1, 4], "requests_per_cell": 8,
+                        # a bound on a cell, not its expected length (a slower CPU must not cut it)
+                        "max_seconds_per_cell": 600, "max_cells": 4}})
     return load_config(cfg)
 
 

@@ -5,7 +5,6 @@ checkpoint's identity does not, so the variant's stored results are found again.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -16,7 +16,7 @@ import pytest
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from ..conftest import describe, descendants, sees_marked, wait_gone
+from ..conftest import campaign_file, describe, descendants, sees_marked, wait_gone
 from .conftest import ROOT, count_records, qeval, tiny_llama, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -25,24 +25,16 @@ BOUND_S = 10  # the product's requirement, measured from the signal (not a guess
 
 
 def _config(tmp_path: Path, model: Path) -> Path:
-    cfg = tmp_path / "stops.yaml"
-    cfg.write_text(f"""
-name: stops
-model: {{path: {model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4, method: rtn, recipe: {{group_size: 32}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 10}}
-probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 16, warmup_requests: 1, prompt_tokens: 32,
-         output_tokens: 64}}
-gates: {{rules: [{{match: "*", margin: 0.5}}]}}
-mlflow: {{server: true}}
-""")
-    return cfg
+    return campaign_file(
+        tmp_path, name="stops", file="stops.yaml", model={"path": model}, output_dir=tmp_path / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "w4", "method": "rtn", "recipe": {"group_size": 32}}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 512},
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/arithmetic.yaml"},
+                {"kind": "lm_eval", "include_path": ROOT / "suites/lmeval", "tasks": ["oe_addition"], "limit": 10}],
+        probe={"enabled": True, "concurrency": [1, 4], "requests_per_step": 16, "warmup_requests": 1,
+               "prompt_tokens": 32, "output_tokens": 64},
+        gates={"rules": [{"match": "*", "margin": 0.5}]}, mlflow={"server": True})
 
 
 def _has(pid: int, word: str) -> bool:

@@ -16,7 +16,7 @@ from qeval.engines.process import ORPHAN_GRACE_S
 from qeval.record import RunRecord
 from qeval.settings import Settings
 
-from ..conftest import describe, sees_marked, wait_gone
+from ..conftest import campaign_file, describe, sees_marked, wait_gone
 from .conftest import ROOT, qeval, tiny_llama, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,24 +29,17 @@ KILL_POINTS = [("[bf16] starting the vllm engine", 3.0, "vllm.entrypoints"),
 
 
 def _config(tmp_path: Path, model: Path, out: Path) -> Path:
-    cfg = tmp_path / f"{out.name}.yaml"
-    cfg.write_text(f"""
-name: kills
-model: {{path: {model}}}
-output_dir: {out}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4, method: rtn, recipe: {{group_size: 32}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/arithmetic.yaml'}}}
-  - {{kind: logprobs, name: pydoc, chunks: 8, top_k: 5}}
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 20}}
-probe: {{enabled: true, concurrency: [1, 4], requests_per_step: 8, warmup_requests: 1, prompt_tokens: 32, output_tokens: 8}}
-gates: {{rules: [{{match: "*", margin: 0.5}}]}}
-mlflow: {{server: true}}
-""")
-    return cfg
+    return campaign_file(
+        tmp_path, name="kills", file=f"{out.name}.yaml", model={"path": model}, output_dir=out,
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "w4", "method": "rtn", "recipe": {"group_size": 32}}],
+        engine={"enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 512},
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/arithmetic.yaml"},
+                {"kind": "logprobs", "name": "pydoc", "chunks": 8, "top_k": 5},
+                {"kind": "lm_eval", "include_path": ROOT / "suites/lmeval", "tasks": ["oe_addition"], "limit": 20}],
+        probe={"enabled": True, "concurrency": [1, 4], "requests_per_step": 8, "warmup_requests": 1,
+               "prompt_tokens": 32, "output_tokens": 8},
+        gates={"rules": [{"match": "*", "margin": 0.5}]}, mlflow={"server": True})
 
 
 def _run(spawn, cfg: Path, log: Path, kill_at: tuple[str, float, str] | None) -> int | None:

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from tests.conftest import sees
+from tests.conftest import campaign_file, sees
 from tests.integration.conftest import MODEL, ROOT
 from tests.ray_cluster import QUIET, Cluster
-from tests.test_ray_executor import _nodes
+from tests.pipeline.test_ray_executor import _nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 QEVAL = [sys.executable, "-m", "qeval.cli"]
@@ -36,21 +36,14 @@ def test_real_servers_on_both_nodes(settings, engine_spec, spawn, tmp_path):
     live = None
     try:
         live = sees(c.processes, "raylet", "gcs_server")  # the search that must find none of them once stopped
-        cfg = tmp_path / "c.yaml"
-        cfg.write_text(f"""
-name: rayreal
-model: {{builtin: {MODEL}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: seqs4, method: bf16, engine: {{max_num_seqs: 4}}}}
-engine: {{enforce_eager: true, kv_cache_gib: 1, max_model_len: 2048}}
-suites:
-  - {{kind: custom, path: {ROOT / 'suites/custom/capitals.yaml'}, concurrency: 1}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{enabled: false}}
-executor: {{kind: ray, address: "{c.address}"}}
-""")
+        cfg = campaign_file(
+            tmp_path, name="rayreal", model={"builtin": MODEL}, output_dir=tmp_path / "runs",
+            baseline={"name": "bf16", "method": "bf16"},
+            variants=[{"name": "seqs4", "method": "bf16", "engine": {"max_num_seqs": 4}}],
+            engine={"enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 2048},
+            suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml", "concurrency": 1}],
+            gates={"rules": [{"match": "*", "margin": 0.15}]}, mlflow={"enabled": False},
+            extra={"executor": {"kind": "ray", "address": c.address}})
         out = tmp_path / "out.log"
         env = {**os.environ, **QUIET, "QEVAL_CACHE": str(tmp_path / "driver-cache"), "QEVAL_RECORDS": "off"}
         proc = spawn([*c.run_prefix, *QEVAL, "run", str(cfg), "--no-mlflow"], env=env, stdout=out.open("w"),

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from qeval.config import EngineSpec, VariantSpec
 from qeval.errors import QuantizeError
@@ -17,6 +18,7 @@ from qeval.quantize import quantizer_for
 from qeval.quantize.describe import describe_checkpoint
 from qeval.settings import Settings
 
+from ..conftest import campaign_file
 from .conftest import tiny_llama
 
 pytestmark = pytest.mark.slow
@@ -117,17 +119,9 @@ def _refused_before_anything_is_made(spawn, tiny, tmp_path: Path, variant: str) 
     import sys
 
     settings, base = tiny
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""name: typo
-model: {{path: {base}, dtype: bfloat16}}
-baseline: {{name: b, method: bf16}}
-variants:
-  - {variant}
-suites: []
-probe: {{enabled: true}}
-output_dir: runs
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(tmp_path, name="typo", model={"path": base, "dtype": "bfloat16"},
+                        baseline={"name": "b", "method": "bf16"}, variants=[yaml.safe_load(variant)], suites=[],
+                        probe={"enabled": True}, mlflow={"enabled": False})
     before = set(settings.variants.glob(f"{base.name}-*")) if settings.variants.exists() else set()
     proc = spawn([sys.executable, "-m", "qeval.cli", "run", str(cfg)], stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True)
@@ -188,19 +182,12 @@ def test_a_preset_vllm_cpu_serves_is_made_served_and_compared_end_to_end(tiny, t
     from qeval.progress import PlainReporter
 
     settings, base = tiny
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""name: preset
-model: {{path: {base}}}
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4-asym, method: rtn, recipe: {{scheme: W4A16_ASYM}}}}
-engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 1024}}
-suites:
-  - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 4, top_k: 5}}
-gates: {{rules: [{{match: "*", margin: 10.0}}]}}
-output_dir: runs
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="preset", model={"path": base}, baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "w4-asym", "method": "rtn", "recipe": {"scheme": "W4A16_ASYM"}}],
+        engine={"kind": "vllm", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 1024},
+        suites=[{"kind": "logprobs", "name": "pydoc", "corpus": "pydoc", "chunks": 4, "top_k": 5}],
+        gates={"rules": [{"match": "*", "margin": 10.0}]}, mlflow={"enabled": False})
     result = campaign.run(load_config(cfg), settings, reporter=PlainReporter(lambda s: None), config_file=str(cfg))
     v = next(x for x in result.record.variants if x.name == "w4-asym")
     assert v.status == "ok" and v.recipe["scheme"] == "W4A16_ASYM"
@@ -247,20 +234,14 @@ def test_rtn_at_3_bits_simulated_fails_the_demos_kl_gate(server, base_model, set
 
     _, endpoint = server
     root = Path(__file__).resolve().parents[2]
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""name: w3
-model: {{path: {base_model}}}
-baseline: {{name: bf16, method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model},
-           checkpoint: {base_model}}}
-variants:
-  - {{name: rtn-w3-sim, method: rtn, recipe: {{bits: 3, group_size: 64, simulate: true}}}}
-engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 2048}}
-suites:
-  - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 32, top_k: 10}}
-gates: {root / 'examples/gates/demo.yaml'}
-output_dir: runs
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="w3", model={"path": base_model},
+        baseline={"name": "bf16", "method": "external", "endpoint": endpoint.base_url,
+                  "served_model": endpoint.model, "checkpoint": base_model},
+        variants=[{"name": "rtn-w3-sim", "method": "rtn", "recipe": {"bits": 3, "group_size": 64, "simulate": True}}],
+        engine={"kind": "vllm", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 2048},
+        suites=[{"kind": "logprobs", "name": "pydoc", "corpus": "pydoc", "chunks": 32, "top_k": 10}],
+        gates=root / "examples/gates/demo.yaml", mlflow={"enabled": False})
     result = campaign.run(load_config(cfg), settings, reporter=PlainReporter(lambda s: None), config_file=str(cfg))
     kl = next(g for g in result.record.gates if g.variant == "rtn-w3-sim" and g.metric == "kl")
     assert kl.verdict == "FAIL", kl
@@ -283,19 +264,12 @@ def test_the_same_campaign_on_an_emulated_avx2_cpu_simulates_w4a16_and_serves_it
     settings, base = tiny
     emulated = settings.emulating("avx2")
     root = Path(__file__).resolve().parents[2]
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""name: avx2
-model: {{path: {base}}}
-baseline: {{name: base, method: bf16}}
-variants:
-  - {{name: rtn-w4, method: rtn, recipe: {{group_size: 32}}}}
-engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 512}}
-suites:
-  - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 4, chunk_chars: 400, top_k: 5}}
-gates: {root / 'examples/gates/demo.yaml'}
-output_dir: runs
-mlflow: {{enabled: false}}
-""")
+    cfg = campaign_file(
+        tmp_path, name="avx2", model={"path": base},
+        variants=[{"name": "rtn-w4", "method": "rtn", "recipe": {"group_size": 32}}],
+        engine={"kind": "vllm", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 512},
+        suites=[{"kind": "logprobs", "name": "pydoc", "corpus": "pydoc", "chunks": 4, "chunk_chars": 400, "top_k": 5}],
+        gates=root / "examples/gates/demo.yaml", mlflow={"enabled": False})
     result = campaign.run(load_config(cfg), emulated, reporter=PlainReporter(lambda s: None), config_file=str(cfg))
     v = {x.name: x for x in result.record.variants}
     assert v["rtn-w4"].status == "ok", v["rtn-w4"].error
@@ -390,17 +364,13 @@ def test_a_variant_re_made_under_its_name_is_asked_again_not_answered_from_lm_ev
     cfg = tmp_path / "c.yaml"
 
     def run(group: int) -> dict[str, str]:
-        cfg.write_text(f"""name: remade
-model: {{path: {base}}}
-baseline: {{name: bf16, method: bf16}}
-variants: [{{name: w4, method: rtn, recipe: {{group_size: {group}}}}}]
-engine: {{kind: vllm, enforce_eager: true, kv_cache_gib: 1, max_model_len: 1024}}
-suites: [{{kind: lm_eval, include_path: {Path(__file__).parents[2] / 'suites/lmeval'}, tasks: [oe_arc_easy],
-           limit: 10}}]
-gates: {{rules: [{{match: "*", margin: 10.0}}]}}
-output_dir: runs
-mlflow: {{enabled: false}}
-""")
+        campaign_file(
+            tmp_path, name="remade", model={"path": base}, baseline={"name": "bf16", "method": "bf16"},
+            variants=[{"name": "w4", "method": "rtn", "recipe": {"group_size": group}}],
+            engine={"kind": "vllm", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 1024},
+            suites=[{"kind": "lm_eval", "include_path": Path(__file__).parents[2] / "suites/lmeval",
+                     "tasks": ["oe_arc_easy"], "limit": 10}],
+            gates={"rules": [{"match": "*", "margin": 10.0}]}, mlflow={"enabled": False})
         result = campaign.run(load_config(cfg), settings, reporter=PlainReporter(lambda s: None), config_file=str(cfg))
         key = next(v.key for v in result.record.variants if v.name == "w4")
         db = sqlite3.connect(tmp_path / "runs" / "remade" / "results.sqlite")

@@ -15,32 +15,26 @@ from qeval.suites.lmeval import task_cuts
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 
+from ..conftest import campaign_file
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lmeval_and_logprobs_stop_at_the_look_that_decides(server, base_model, settings, tmp_path):
     _, endpoint = server
-    ext = (f'method: external, endpoint: "{endpoint.base_url}", served_model: {endpoint.model}, '
-           f"checkpoint: {base_model}")
+    ext = {"method": "external", "endpoint": endpoint.base_url, "served_model": endpoint.model,
+           "checkpoint": base_model}
     # the same server under another name: an endpoint's key is its URL, so the variant's records are its own
-    other = ext.replace("127.0.0.1", "localhost")
-    cfg_path = tmp_path / "c.yaml"
-    cfg_path.write_text(f"""
-name: seq
-model: {{path: {base_model}}}
-output_dir: {tmp_path / 'runs'}
-baseline: {{name: base, {ext}}}
-variants:
-  - {{name: same, {other}}}
-suites:
-  - {{kind: lm_eval, include_path: {ROOT / 'suites/lmeval'}, tasks: [oe_addition], limit: 60}}
-  - {{kind: logprobs, name: pydoc, corpus: pydoc, chunks: 40, top_k: 5}}
-gates:
-  rules: [{{match: "*", margin: 0.3}}]
-  sequential: {{method: gsd, look_every: 20, min_items: 20}}
-mlflow: {{enabled: false}}
-""")
+    other = {**ext, "endpoint": endpoint.base_url.replace("127.0.0.1", "localhost")}
+    cfg_path = campaign_file(
+        tmp_path, name="seq", model={"path": base_model}, output_dir=tmp_path / "runs",
+        baseline={"name": "base", **ext}, variants=[{"name": "same", **other}],
+        suites=[{"kind": "lm_eval", "include_path": ROOT / "suites/lmeval", "tasks": ["oe_addition"], "limit": 60},
+                {"kind": "logprobs", "name": "pydoc", "corpus": "pydoc", "chunks": 40, "top_k": 5}],
+        gates={"rules": [{"match": "*", "margin": 0.3}],
+               "sequential": {"method": "gsd", "look_every": 20, "min_items": 20}},
+        mlflow={"enabled": False})
     cfg = load_config(cfg_path)
     s = Settings(cache=settings.cache, share_records=False)
     res = campaign.run(cfg, s, reporter=PlainReporter(lambda m: None), config_file=str(cfg_path))

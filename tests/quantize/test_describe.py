@@ -61,7 +61,7 @@ def test_a_campaigns_given_checkpoint_is_described_in_its_record_and_report(tmp_
     from qeval.pipeline import campaign
     from qeval.progress import PlainReporter
     from qeval.settings import Settings
-    from tests.test_sequential_pipeline import _campaign
+    from tests.pipeline.test_sequential_pipeline import _campaign
 
     config = _campaign(tmp_path, "{rules: [{match: '*', margin: 0.05}]}")
     cfg_file = tmp_path / "ck" / "bad" / "config.json"

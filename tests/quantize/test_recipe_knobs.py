@@ -90,6 +90,7 @@ def test_bits_vllm_cpu_cannot_serve_are_simulated_or_refused_before_anything_sta
 
 
 def _campaign(tmp_path: Path, variant: str) -> Path:
+    # written by hand, not by tests.conftest.campaign_file: the refusals name the variant's line (line 5)
     (tmp_path / "m").mkdir(exist_ok=True)
     (tmp_path / "m" / "config.json").write_text("{}")
     cfg = tmp_path / "c.yaml"

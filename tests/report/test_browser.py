@@ -28,32 +28,13 @@ from qeval.store import Record, ResultsStore
 from qeval.tracking.registry import passed_filter
 from qeval.tracking.server import MlflowServer, runs_table_urls
 from tests.browser import assert_real_png, dom, require_chromium, screenshot
+from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 EXPERIMENT, MODEL = "qeval-browser-check", "smollm2-135m-quantized"
 
 pytestmark = pytest.mark.slow  # an MLflow server start-up (~10-20 s here) and several Chromium runs
-
-CAMPAIGN = """\
-name: browser-check
-description: Per-item scores written by the test; everything after them is qeval's own pipeline.
-model: {{path: {root}/ckpt/bf16}}
-output_dir: {root}/runs
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4-good, method: checkpoint, checkpoint: {root}/ckpt/w4-good}}
-  - {{name: w4-bad, method: checkpoint, checkpoint: {root}/ckpt/w4-bad}}
-  - {{name: w8-down, method: checkpoint, checkpoint: {root}/ckpt/w8-down}}
-suites:
-  - {{kind: custom, path: {suites}/capitals.yaml}}
-gates:
-  rules:
-    - {{match: "*", margin: 0.15}}
-noise_floor: true  # bf16-aa: the baseline's second evaluation
-mlflow: {{tracking_uri: "{url}", experiment: {experiment}, registry: true, registered_model: {model}}}
-"""
-
 
 def qeval(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "qeval.cli", *args], capture_output=True, text=True, timeout=300,
@@ -77,9 +58,16 @@ def _stored_run(root: Path, url: str) -> Path:
         (root / "ckpt" / name).mkdir(parents=True)
         (root / "ckpt" / name / "config.json").write_text(json.dumps({"qeval_test": name}))
         (root / "ckpt" / name / "model.safetensors").write_bytes(name.encode() * size)
-    config = root / "campaign.yaml"
-    config.write_text(CAMPAIGN.format(root=root, suites=ROOT / "suites" / "custom", url=url, experiment=EXPERIMENT,
-                                      model=MODEL))
+    config = campaign_file(
+        root, name="browser-check", file="campaign.yaml", model={"path": root / "ckpt/bf16"}, output_dir=root / "runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": name, "method": "checkpoint", "checkpoint": root / "ckpt" / name}
+                  for name in ("w4-good", "w4-bad", "w8-down")],
+        suites=[{"kind": "custom", "path": ROOT / "suites/custom/capitals.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]},
+        mlflow={"tracking_uri": url, "experiment": EXPERIMENT, "registry": True, "registered_model": MODEL},
+        extra={"description": "Per-item scores written by the test; everything after them is qeval's own pipeline.",
+               "noise_floor": True})  # bf16-aa: the baseline's second evaluation
     cfg = load_config(config)
     settings = Settings.from_env()
     p = plan(cfg, settings, str(config))

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from qeval.config import ConfigError, LogprobsSuiteRef, load_config
 from qeval.suites.logprobs import load_logprobs_suite
+from tests.conftest import campaign_file
 
 
 def _suite(tmp_path: Path) -> Path:
@@ -31,13 +31,14 @@ def test_each_item_is_one_chunk_and_the_key_follows_the_prompts(tmp_path):
 def test_the_descriptor_is_resolved_from_the_campaign_file_and_must_exist(tmp_path):
     d = _suite(tmp_path)
     (tmp_path / "config.json").write_text("{}")
-    doc = {"name": "c", "model": {"path": str(tmp_path)}, "baseline": {"name": "b", "method": "bf16"},
-           "variants": [{"name": "v", "method": "gptq"}],
-           "suites": [{"kind": "logprobs", "name": "p", "corpus": f"suite:{d.name}"}]}
-    f = tmp_path / "c.yaml"
-    f.write_text(yaml.safe_dump(doc))
+
+    def campaign(corpus: str) -> Path:
+        return campaign_file(tmp_path, name="c", model={"path": str(tmp_path)}, output_dir=None,
+                             baseline={"name": "b", "method": "bf16"}, variants=[{"name": "v", "method": "gptq"}],
+                             suites=[{"kind": "logprobs", "name": "p", "corpus": corpus}])
+
+    f = campaign(f"suite:{d.name}")
     assert load_config(f).suites[0].corpus == f"suite:{d}"
-    doc["suites"][0]["corpus"] = "suite:missing.yaml"
-    f.write_text(yaml.safe_dump(doc))
+    campaign("suite:missing.yaml")
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(f)

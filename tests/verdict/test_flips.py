@@ -48,7 +48,7 @@ def test_chunks_largest_kl_first():
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    from tests.test_sequential_pipeline import _run
+    from tests.pipeline.test_sequential_pipeline import _run
 
     root = tmp_path_factory.mktemp("flips")
     return _run(root, "{rules: [{match: '*', margin: 0.05}]}")

@@ -6,23 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.executors.spec import LocalExecutorSpec
 from qeval.pipeline.executor import LocalExecutor, make_executor
+from tests.conftest import campaign_file
 
 
 def _write(tmp_path: Path, **extra) -> Path:
     (tmp_path / "ck").mkdir(exist_ok=True)
     (tmp_path / "ck" / "config.json").write_text("{}")
-    cfg = {"name": "e", "model": {"path": "ck"}, "baseline": {"name": "b", "method": "bf16"},
-           "variants": [{"name": "q", "method": "checkpoint", "checkpoint": "ck"}], "probe": {"enabled": True},
-           **extra}
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return campaign_file(tmp_path, name="e", model={"path": "ck"}, output_dir=None,
+                         baseline={"name": "b", "method": "bf16"},
+                         variants=[{"name": "q", "method": "checkpoint", "checkpoint": "ck"}], probe={"enabled": True},
+                         extra=extra)
 
 
 def test_local_is_the_default_and_naming_it_changes_no_hash(tmp_path):

@@ -21,7 +21,7 @@ from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.pipeline.leases import overlaps
 from tests.conftest import kill_tree, sees
 from tests.ray_cluster import QUIET, Cluster, free_port
-from tests.test_pipeline_fake import N, _campaign, _records, _rows, _suites, _verdicts
+from tests.pipeline.test_pipeline_fake import N, _campaign, _records, _rows, _suites, _verdicts
 
 QEVAL = [sys.executable, "-m", "qeval.cli"]
 
@@ -256,7 +256,7 @@ def test_the_driver_killed_mid_run_then_run_again_resumes(cluster, local_run, sp
 
 def test_sequential_gates_on_ray_stop_where_the_local_run_stops(cluster, spawn, tmp_path):
     """The baseline's task goes first; each variant's task gets its records and stops at the local run's look."""
-    from tests.test_sequential_pipeline import SEQ, _campaign as seq_campaign, _run as seq_run
+    from tests.pipeline.test_sequential_pipeline import SEQ, _campaign as seq_campaign, _run as seq_run
 
     (tmp_path / "local").mkdir()
     local = seq_run(tmp_path / "local", SEQ)

@@ -19,7 +19,7 @@ from qeval.pipeline.sink import StoreSink
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.store import ResultsStore
-from tests.test_pipeline_fake import N, _campaign
+from tests.pipeline.test_pipeline_fake import N, _campaign
 
 QUIET = PlainReporter(lambda s: None)
 

@@ -15,12 +15,12 @@ import pytest
 from qeval.pipeline import campaign
 from qeval.pipeline.campaign import CampaignResult
 from qeval.config import load_config
-from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+from qeval.engines.fake import FakeEngineSpec
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
-from tests.conftest import MARK, Seen, sees_marked
+from tests.conftest import MARK, Seen, campaign_file, fake_checkpoint, sees_marked
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites" / "custom"
 ANSWERS = [SUITES / "capitals.jsonl"]
 CAPITALS = len((SUITES / "capitals.jsonl").read_text().splitlines())  # 53 items
@@ -35,33 +35,20 @@ VARIANTS = {
     "slow": FakeEngineSpec(answers=ANSWERS, start_delay_s=0.3),
     "late": FakeEngineSpec(answers=ANSWERS, start_delay_s=5.0),
 }
-ENGINE = {"late": "{startup_timeout_s: 0.3, max_restarts: 0}"}  # per-variant engine settings
+ENGINE = {"late": {"startup_timeout_s": 0.3, "max_restarts": 0}}  # per-variant engine settings
 
 
 def _write_campaign(root: Path) -> Path:
     """A campaign file under root: a fake baseline that answers every item right, and the VARIANTS, each
     a fake checkpoint that holds its spec."""
-    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=ANSWERS))
-    lines = []
-    for name, spec in VARIANTS.items():
-        write_checkpoint(root / "ck" / name, spec)
-        engine = f", engine: {ENGINE[name]}" if name in ENGINE else ""
-        lines.append(f"  - {{name: {name}, method: checkpoint, checkpoint: ck/{name}{engine}}}")
-    path = root / "c.yaml"
-    path.write_text(f"""\
-name: fake
-model: {{path: ck/base}}
-output_dir: runs
-baseline: {{name: base, method: bf16}}
-variants:
-{chr(10).join(lines)}
-engine: {{kind: fake, startup_timeout_s: 10, max_restarts: 2, retry_backoff_s: 0.05}}
-suites:
-  - {{kind: custom, path: {SUITES / "capitals.yaml"}}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-mlflow: {{enabled: false}}
-""")
-    return path
+    fake_checkpoint(root, "base", FakeEngineSpec(answers=ANSWERS))
+    variants = [{"name": name, "method": "checkpoint", "checkpoint": fake_checkpoint(root, name, spec),
+                 **({"engine": ENGINE[name]} if name in ENGINE else {})} for name, spec in VARIANTS.items()]
+    return campaign_file(
+        root, name="fake", variants=variants,
+        engine={"kind": "fake", "startup_timeout_s": 10, "max_restarts": 2, "retry_backoff_s": 0.05},
+        suites=[{"kind": "custom", "path": SUITES / "capitals.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]}, mlflow={"enabled": False})
 
 
 @dataclass(frozen=True)

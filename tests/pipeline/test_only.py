@@ -19,31 +19,21 @@ from qeval.record import RunRecord, VariantResult
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
 
-from .loopback import Loopback, js
+from tests.conftest import campaign_file
+from tests.loopback import Loopback, js
 
-ROOT = Path(__file__).resolve().parents[1]
-
-CAMPAIGN = """\
-name: only
-model: {{path: ckpt/bf16}}
-output_dir: runs
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4, method: checkpoint, checkpoint: ckpt/w4}}
-  - {{name: w8, method: external, endpoint: "{endpoint}/v1", served_model: m}}
-suites:
-  - {{kind: custom, path: {suites}/capitals.yaml}}
-gates: {{rules: [{{match: "*", margin: 0.5}}]}}
-mlflow: {{enabled: false}}
-"""
-
+ROOT = Path(__file__).resolve().parents[2]
 
 def _earlier_run(root: Path, endpoint: str, w4_items: int | None = None):
     """An earlier run: bf16 and w4 evaluated and on the record (w4 with `w4_items` stored, default all)."""
     for name in ("bf16", "w4"):
         (root / "ckpt" / name).mkdir(parents=True)
         (root / "ckpt" / name / "config.json").write_text(json.dumps({"qeval_test": name}))
-    (root / "c.yaml").write_text(CAMPAIGN.format(endpoint=endpoint, suites=ROOT / "suites" / "custom"))
+    campaign_file(root, name="only", model={"path": "ckpt/bf16"}, baseline={"name": "bf16", "method": "bf16"},
+                  variants=[{"name": "w4", "method": "checkpoint", "checkpoint": "ckpt/w4"},
+                            {"name": "w8", "method": "external", "endpoint": f"{endpoint}/v1", "served_model": "m"}],
+                  suites=[{"kind": "custom", "path": ROOT / "suites" / "custom" / "capitals.yaml"}],
+                  gates={"rules": [{"match": "*", "margin": 0.5}]}, mlflow={"enabled": False})
     cfg = load_config(root / "c.yaml")
     settings = Settings.from_env()
     [capitals] = plan(cfg, settings, str(root / "c.yaml")).suites

@@ -12,42 +12,34 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from qeval.config import load_config
-from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+from qeval.engines.fake import FakeEngineSpec
 from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.stats.sequential import gsd_gate
 from qeval.verdict.sequential import evaluation_order, prefix_length, suite_order
-from tests.test_pipeline_fake import _suites
+from tests.conftest import campaign_file, fake_checkpoint
+from tests.pipeline.test_pipeline_fake import _suites
 
 N = 400  # items per suite: a decided FAIL at the first look (100) saves three quarters of them
 
 
 def _campaign(root: Path, gates: str, name: str = "s") -> Path:
+    """`gates` as a campaign file writes it (YAML text), as the tests that share this campaign give it."""
     answers = _suites(root, N)
-    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=answers))
-    write_checkpoint(root / "ck" / "bad", FakeEngineSpec(model="bad", answers=answers, wrong_fraction=0.4))
-    write_checkpoint(root / "ck" / "same", FakeEngineSpec(model="same", answers=answers))
-    path = root / f"{name}.yaml"
-    path.write_text(f"""\
-name: {name}
-model: {{path: ck/base}}
-output_dir: runs
-baseline: {{name: base, method: bf16}}
-variants:
-  - {{name: bad, method: checkpoint, checkpoint: ck/bad}}
-  - {{name: same, method: checkpoint, checkpoint: ck/same}}
-engine: {{kind: fake, startup_timeout_s: 30}}
-suites:
-  - {{kind: custom, path: facts.yaml}}
-  - {{kind: custom, path: sums.yaml}}
-probe: {{enabled: false}}
-gates: {gates}
-mlflow: {{enabled: false}}
-""")
-    return path
+    fake_checkpoint(root, "base", FakeEngineSpec(answers=answers))
+    bad = fake_checkpoint(root, "bad", FakeEngineSpec(model="bad", answers=answers, wrong_fraction=0.4))
+    same = fake_checkpoint(root, "same", FakeEngineSpec(model="same", answers=answers))
+    return campaign_file(
+        root, name=name, file=f"{name}.yaml",
+        variants=[{"name": "bad", "method": "checkpoint", "checkpoint": bad},
+                  {"name": "same", "method": "checkpoint", "checkpoint": same}],
+        engine={"kind": "fake", "startup_timeout_s": 30},
+        suites=[{"kind": "custom", "path": "facts.yaml"}, {"kind": "custom", "path": "sums.yaml"}],
+        probe={"enabled": False}, gates=yaml.safe_load(gates), mlflow={"enabled": False})
 
 
 SEQ = "{rules: [{match: '*', margin: 0.05}], sequential: {method: gsd, look_every: 100, min_items: 100}}"
@@ -161,8 +153,9 @@ def test_betting_on_a_continuous_metric_is_refused_before_anything_starts(tmp_pa
 
     config = _campaign(tmp_path, "{rules: [{match: '*', margin: 0.05}, {match: 'logprobs/*/kl', margin: 0.1, "
                                  "sequential: {method: betting}}]}")
-    text = config.read_text().replace("suites:\n", "suites:\n  - {kind: logprobs, name: p, corpus: pydoc, chunks: 4}\n")
-    config.write_text(text)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["suites"].insert(0, {"kind": "logprobs", "name": "p", "corpus": "pydoc", "chunks": 4})
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     with pytest.raises(ConfigError, match=r"logprobs/p/kl: the betting sequence cannot gate it \(its scores are not 0/1\)"):
         plan(load_config(config), Settings(cache=tmp_path / "cache", share_records=False), str(config))
 

@@ -15,46 +15,39 @@ from pathlib import Path
 import pytest
 
 from qeval.config import load_config
-from qeval.engines.fake import FakeEngineSpec, write_checkpoint
+from qeval.engines.fake import FakeEngineSpec
 from qeval.errors import ConfigError
 from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
 from qeval.record import Comparison
 from qeval.settings import Settings
 from qeval.verdict.noise import NoiseFloorSpec, floor_figures, within_floor
+from tests.conftest import campaign_file, fake_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites" / "custom"
 ANSWERS = [SUITES / "capitals.jsonl"]
 
 
-def _campaign(root: Path, extra: str = "noise_floor: true") -> Path:
-    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=ANSWERS, server_noise=0.12))
+def _campaign(root: Path, extra: dict | None = None, twin: str = "twin") -> Path:
+    """`extra`: top-level keys after the gates (the A/A on unless told); `twin`: that variant's name."""
+    fake_checkpoint(root, "base", FakeEngineSpec(answers=ANSWERS, server_noise=0.12))
     # another checkpoint that answers as the baseline does, with its own server's noise
-    write_checkpoint(root / "ck" / "twin", FakeEngineSpec(model="twin", answers=ANSWERS, server_noise=0.12))
-    write_checkpoint(root / "ck" / "bad", FakeEngineSpec(model="bad", answers=ANSWERS, wrong_fraction=0.5,
-                                                         server_noise=0.12))
-    path = root / "c.yaml"
-    path.write_text(f"""\
-name: aa
-model: {{path: ck/base}}
-output_dir: runs
-baseline: {{name: base, method: bf16}}
-variants:
-  - {{name: twin, method: checkpoint, checkpoint: ck/twin}}
-  - {{name: bad, method: checkpoint, checkpoint: ck/bad}}
-engine: {{kind: fake, startup_timeout_s: 30}}
-suites:
-  - {{kind: custom, path: {SUITES / "capitals.yaml"}}}
-  - {{kind: logprobs, name: p, corpus: pydoc, chunks: 6, top_k: 5}}
-gates: {{rules: [{{match: "*", margin: 0.15}}]}}
-{extra}
-mlflow: {{enabled: false}}
-""")
-    return path
+    twin_ck = fake_checkpoint(root, "twin", FakeEngineSpec(model="twin", answers=ANSWERS, server_noise=0.12))
+    bad = fake_checkpoint(root, "bad", FakeEngineSpec(model="bad", answers=ANSWERS, wrong_fraction=0.5,
+                                                      server_noise=0.12))
+    return campaign_file(
+        root, name="aa",
+        variants=[{"name": twin, "method": "checkpoint", "checkpoint": twin_ck},
+                  {"name": "bad", "method": "checkpoint", "checkpoint": bad}],
+        engine={"kind": "fake", "startup_timeout_s": 30},
+        suites=[{"kind": "custom", "path": SUITES / "capitals.yaml"},
+                {"kind": "logprobs", "name": "p", "corpus": "pydoc", "chunks": 6, "top_k": 5}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]}, mlflow={"enabled": False},
+        extra={"noise_floor": True} if extra is None else extra)
 
 
-def _run(root: Path, extra: str = "noise_floor: true"):
+def _run(root: Path, extra: dict | None = None):
     config = _campaign(root, extra)
     lines: list[str] = []
     res = campaign.run(load_config(config), Settings(cache=root / "cache", share_records=False),
@@ -145,16 +138,15 @@ def test_a_rerun_serves_nothing_and_keeps_the_floor(ran):
 
 def test_without_it_there_is_no_second_evaluation_and_the_hash_is_unchanged(tmp_path):
     res, _ = _run(tmp_path)
-    off, _ = _run(tmp_path / "off", extra="")
+    off, _ = _run(tmp_path / "off", extra={})
     assert off.record.noise_floor is None and "base-aa" not in {v.name for v in off.record.variants}
-    written_off = load_config(_campaign(tmp_path / "f", extra="noise_floor: false")).config_hash()
-    assert written_off == load_config(_campaign(tmp_path / "g", extra="")).config_hash()
+    written_off = load_config(_campaign(tmp_path / "f", extra={"noise_floor": False})).config_hash()
+    assert written_off == load_config(_campaign(tmp_path / "g", extra={})).config_hash()
     assert res.record.config_hash != off.record.config_hash  # the A/A is part of the campaign
 
 
 def test_its_name_may_not_be_taken_and_its_settings_are_checked(tmp_path):
-    config = _campaign(tmp_path)
-    config.write_text(config.read_text().replace("name: twin", "name: base-aa"))
+    config = _campaign(tmp_path, twin="base-aa")
     with pytest.raises(ConfigError) as e:
         load_config(config)
     assert "base-aa" in str(e.value) and str(config) in str(e.value)

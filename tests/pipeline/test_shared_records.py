@@ -14,29 +14,19 @@ from qeval.pipeline.plan import plan
 from qeval.pipeline.sink import StoreSink
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
+from tests.conftest import campaign_file
 
-ROOT = Path(__file__).resolve().parents[1]
-
-CAMPAIGN = """\
-name: {name}
-model: {{path: ckpt/bf16}}
-output_dir: runs
-baseline: {{name: {base}, method: bf16}}
-variants:
-  - {{name: w4, method: checkpoint, checkpoint: ckpt/w4}}
-suites:
-  - {{kind: custom, path: {suites}/capitals.yaml}}
-gates: {{rules: [{{match: "*", margin: 0.5}}]}}
-mlflow: {{enabled: false}}
-"""
-
+ROOT = Path(__file__).resolve().parents[2]
 
 def _campaign(root: Path, name: str, base: str):
     for ckpt in ("bf16", "w4"):
         (root / "ckpt" / ckpt).mkdir(parents=True, exist_ok=True)
         (root / "ckpt" / ckpt / "config.json").write_text(json.dumps({"qeval_test": ckpt}))
-    path = root / f"{name}.yaml"
-    path.write_text(CAMPAIGN.format(name=name, base=base, suites=ROOT / "suites" / "custom"))
+    path = campaign_file(root, name=name, file=f"{name}.yaml", model={"path": "ckpt/bf16"},
+                         baseline={"name": base, "method": "bf16"},
+                         variants=[{"name": "w4", "method": "checkpoint", "checkpoint": "ckpt/w4"}],
+                         suites=[{"kind": "custom", "path": ROOT / "suites" / "custom" / "capitals.yaml"}],
+                         gates={"rules": [{"match": "*", "margin": 0.5}]}, mlflow={"enabled": False})
     return load_config(path), str(path)
 
 

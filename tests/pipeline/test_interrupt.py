@@ -22,7 +22,7 @@ from tests.conftest import sees_marked
 from tests.loopback import Loopback, js
 from tests.ray_cluster import QUIET
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _answer(body: bytes):
@@ -117,7 +117,7 @@ def test_a_signal_mid_variant_stops_every_process_and_writes_the_record(executor
     number within 10 s; run.json keeps the baseline's results, the variant cut short partial, the one never
     reached NOT_EVALUATED; no engine, no Ray worker, nothing the run started outlives it."""
     from qeval.engines.fake import FakeEngineSpec, write_checkpoint
-    from tests.test_pipeline_fake import N, _campaign, _rows
+    from tests.pipeline.test_pipeline_fake import N, _campaign, _rows
 
     config = _campaign(tmp_path, token_delay_s=0.002)
     # the variants slow: on Ray they run beside the baseline, and the signal must land in w3's suite after the

@@ -20,27 +20,9 @@ from qeval.hashing import tree_hash
 from qeval.record import RunRecord, VariantResult
 from qeval.settings import Settings
 from qeval.store import Record, ResultsStore
+from tests.conftest import campaign_file
 
-ROOT = Path(__file__).resolve().parents[1]
-
-CAMPAIGN = """\
-name: cut
-model: {{path: {root}/ckpt/bf16}}
-output_dir: {root}/runs
-baseline: {{name: bf16, method: bf16}}
-variants:
-  - {{name: w4, method: checkpoint, checkpoint: {root}/ckpt/w4}}
-  - {{name: w8, method: checkpoint, checkpoint: {root}/ckpt/w8}}
-suites:
-  - {{kind: custom, path: {suites}/capitals.yaml}}
-  - {{kind: custom, path: {suites}/arithmetic.yaml}}
-gates:
-  rules:
-    - {{match: "*", margin: 0.15}}
-probe: {{enabled: false}}
-mlflow: {{enabled: false}}
-"""
-
+ROOT = Path(__file__).resolve().parents[2]
 
 def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None, relative: bool = False):
     """bf16 finished; w4 finished capitals and 5 arithmetic items when the run was cut; w8 never started.
@@ -48,11 +30,17 @@ def _cut_run(root: Path, w4_on_record: bool, written_at: float | None = None, re
     for name in ("bf16", "w4", "w8"):
         (root / "ckpt" / name).mkdir(parents=True)
         (root / "ckpt" / name / "config.json").write_text(json.dumps({"qeval_test": name}))
-    config = root / "cut.yaml"
     if relative:
         shutil.copytree(ROOT / "suites" / "custom", root / "suites")
-    config.write_text(CAMPAIGN.format(root=".", suites="suites") if relative
-                      else CAMPAIGN.format(root=root, suites=ROOT / "suites" / "custom"))
+    at, suites = (".", "suites") if relative else (root, ROOT / "suites" / "custom")
+    config = campaign_file(
+        root, name="cut", file="cut.yaml", model={"path": f"{at}/ckpt/bf16"}, output_dir=f"{at}/runs",
+        baseline={"name": "bf16", "method": "bf16"},
+        variants=[{"name": "w4", "method": "checkpoint", "checkpoint": f"{at}/ckpt/w4"},
+                  {"name": "w8", "method": "checkpoint", "checkpoint": f"{at}/ckpt/w8"}],
+        suites=[{"kind": "custom", "path": f"{suites}/capitals.yaml"},
+                {"kind": "custom", "path": f"{suites}/arithmetic.yaml"}],
+        gates={"rules": [{"match": "*", "margin": 0.15}]}, probe={"enabled": False}, mlflow={"enabled": False})
     cfg = load_config(config)
     settings = Settings.from_env()
     p = plan(cfg, settings, str(config))

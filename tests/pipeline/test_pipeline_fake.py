@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from qeval.config import load_config
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
@@ -27,7 +27,7 @@ from qeval.pipeline.variant import VariantOutcome
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.store import ResultsStore
-from tests.conftest import kill_tree
+from tests.conftest import campaign_file, fake_checkpoint, kill_tree
 
 N = 30  # items per suite: enough for a kill to land mid-suite, few enough for seconds
 QEVAL = [sys.executable, "-m", "qeval.cli"]
@@ -49,31 +49,22 @@ def _campaign(root: Path, name: str = "p", base: str = "base", token_delay_s: fl
     """A fake baseline, one variant that answers half of the items wrong and one that answers right, two
     custom suites (one item at a time, so a kill lands between records), the latency probe."""
     ANSWERS = _suites(root)
-    write_checkpoint(root / "ck" / "base", FakeEngineSpec(answers=ANSWERS, token_delay_s=token_delay_s))
+    fake_checkpoint(root, "base", FakeEngineSpec(answers=ANSWERS, token_delay_s=token_delay_s))
     wrong = [f"facts{i}" for i in range(0, N, 2)] + [f"sums{i}" for i in range(1, N, 2)]  # half of each
-    write_checkpoint(root / "ck" / "w3", FakeEngineSpec(answers=ANSWERS, wrong=wrong, token_delay_s=token_delay_s))
+    w3 = fake_checkpoint(root, "w3", FakeEngineSpec(answers=ANSWERS, wrong=wrong, token_delay_s=token_delay_s))
     # another model (its own checkpoint hash, so its own key) that answers every item as the baseline does
-    write_checkpoint(root / "ck" / "same", FakeEngineSpec(model="same", answers=ANSWERS,
-                                                          token_delay_s=token_delay_s))
-    path = root / f"{name}.yaml"
-    path.write_text(f"""\
-name: {name}
-model: {{path: ck/base}}
-output_dir: runs
-baseline: {{name: {base}, method: bf16}}
-variants:
-  - {{name: w3, method: checkpoint, checkpoint: ck/w3}}
-  - {{name: same, method: checkpoint, checkpoint: ck/same}}
-engine: {{kind: fake, startup_timeout_s: 30}}
-suites:
-  - {{kind: custom, path: facts.yaml, concurrency: 1}}
-  - {{kind: custom, path: sums.yaml, concurrency: 1}}
-probe: {{enabled: true, concurrency: [1, 2], requests_per_step: 4, warmup_requests: 1, prompt_tokens: 8,
-         output_tokens: 4}}
-gates: {{rules: [{{match: "*", margin: 0.4}}]}}
-mlflow: {{enabled: false}}
-""")
-    return path
+    same = fake_checkpoint(root, "same", FakeEngineSpec(model="same", answers=ANSWERS, token_delay_s=token_delay_s))
+    # the Ray tests and benchmarks/ray_vs_local.py add their `executor:` line after `mlflow: {enabled: false}`
+    return campaign_file(
+        root, name=name, file=f"{name}.yaml", baseline={"name": base, "method": "bf16"},
+        variants=[{"name": "w3", "method": "checkpoint", "checkpoint": w3},
+                  {"name": "same", "method": "checkpoint", "checkpoint": same}],
+        engine={"kind": "fake", "startup_timeout_s": 30},
+        suites=[{"kind": "custom", "path": "facts.yaml", "concurrency": 1},
+                {"kind": "custom", "path": "sums.yaml", "concurrency": 1}],
+        probe={"enabled": True, "concurrency": [1, 2], "requests_per_step": 4, "warmup_requests": 1,
+               "prompt_tokens": 8, "output_tokens": 4},
+        gates={"rules": [{"match": "*", "margin": 0.4}]}, mlflow={"enabled": False})
 
 
 def _records(run_dir: Path) -> list[tuple]:
@@ -211,10 +202,10 @@ def test_a_kv_cache_variant_serves_the_base_under_its_own_key_and_says_so(tmp_pa
     """`engine: {kv_cache_dtype: fp8}` on a bf16 variant: the base checkpoint served again, under a key of its
     own (its records never stand for the baseline's), named in the record, the report and nothing else changed."""
     config = _campaign(tmp_path)
-    text = config.read_text().replace(
-        "  - {name: same, method: checkpoint, checkpoint: ck/same}\n",
-        "  - {name: kv-fp8, method: bf16, engine: {kv_cache_dtype: fp8}}\n")
-    config.write_text(text.replace("probe: {enabled: true,", "probe: {enabled: false,"))
+    cfg = yaml.safe_load(config.read_text())
+    cfg["variants"][1] = {"name": "kv-fp8", "method": "bf16", "engine": {"kv_cache_dtype": "fp8"}}  # for `same`
+    cfg["probe"]["enabled"] = False
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     campaign.run(load_config(config), Settings(cache=tmp_path / "cache", share_records=False),
                  reporter=PlainReporter(lambda s: None), config_file=str(config))
     run_dir = tmp_path / "runs" / "p"
