@@ -279,22 +279,21 @@ def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> Plan:
 
 
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
-    """A betting sequence needs 0/1 scores (its bound is 1) and independent items: anything else it would
-    read wrong, found before anything starts."""
+    """A sequential method that would read a gated metric wrong (verdict.sequential.unfit), found before anything
+    starts."""
+    from ..metrics import UNDECLARED
     from ..verdict.rules import gated_metrics
+    from ..verdict.sequential import unfit
 
     policy = cfg.gates
     for part in p.parts():
         names = list(part.planned)
         for m, rule in gated_metrics(policy, part.suite, names, part.gate_metric) if names else []:
             seq = policy.sequential_of(rule)
-            if seq is None or seq.method != "betting":
-                continue
-            why = ("its items carry groups" if part.grouped else
-                   None if part.metrics.get(m) is not None and part.metrics[m].binary else "its scores are not 0/1")
+            why = unfit(seq, part.metrics.get(m, UNDECLARED), part.grouped) if seq is not None else None
             if why:
-                raise ConfigError(f"{part.suite}/{m}: the betting sequence cannot gate it ({why}); use method gsd",
-                                  file=config_file, where=f"gates: rule {rule.match!r}: sequential.method")
+                raise ConfigError(f"{part.suite}/{m}: {why}", file=config_file,
+                                  where=f"gates: rule {rule.match!r}: sequential.method")
 
 
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:

@@ -24,7 +24,7 @@ from .rules import direction_of_spec, gated_metrics
 if TYPE_CHECKING:
     from ..metrics import MetricSpec
     from ..stats.sequential import SequentialResult
-    from .policy import GatePolicy, GateRule
+    from .policy import GatePolicy, GateRule, SequentialSpec
 
 
 def evaluation_order(ids: Sequence[str], groups: Sequence[str | None], seed: int, salt: str) -> tuple[str, ...]:
@@ -44,6 +44,15 @@ def prefix_length(order: Sequence[str], have: set[str]) -> int:
         if i not in have:
             return k
     return len(order)
+
+
+def unfit(seq: "SequentialSpec", spec: "MetricSpec", grouped: bool) -> str | None:
+    """Why the sequential method cannot gate a metric so declared (None: it can). A betting sequence needs 0/1
+    scores (its bound is 1) and independent items."""
+    if seq.method != "betting":
+        return None
+    why = "its items carry groups" if grouped else None if spec.binary else "its scores are not 0/1"
+    return f"the betting sequence cannot gate it ({why}); use method gsd" if why else None
 
 
 def pauses(policy: "GatePolicy", rules: Sequence["GateRule"], order_groups: Sequence[str | None],
