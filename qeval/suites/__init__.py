@@ -1,1 +1,2 @@
-"""Suites turn an endpoint into per-item records: custom JSONL suites and lm-eval tasks."""
+"""Suites turn an endpoint into per-item records: custom JSONL suites, lm-eval tasks, logprobs corpora, and any
+kind a plugin registers, all through the Suite protocol (base.py)."""

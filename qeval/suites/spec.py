@@ -1,7 +1,6 @@
-"""What a campaign file and a suite descriptor say about suites: the suite references (one model per
-suite kind), generation settings, and scorers (one model per scorer kind). A kind registered through an
-entry point brings its own model: a suite kind as a SuiteRef subclass in group `qeval.suites`, a scorer
-as a factory whose `Spec` is a ScorerSpec subclass."""
+"""What a campaign file says about suites: one model per suite kind (SuiteRef; `kind` picks it, and a kind
+registered through the entry point group `qeval.suites` brings its own), each naming the Suite it resolves to
+(suites/base.py), and the generation settings of a suite descriptor. Scorers' specs live with the scorers."""
 
 from __future__ import annotations
 
