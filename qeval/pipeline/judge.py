@@ -128,8 +128,7 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     adjusted = adjust_all(comparisons, cfg.gates.correction)
     floor = noise_floor(cfg, record, store, keys, p, base_records, adjusted, found) if base_key else None
     gates = evaluate(cfg.gates, adjusted, [v.name for v in cfg.variants if v.name in keys], sequential, not_run)
-    base_res = next((r for r in record.variants if r.name == cfg.baseline.name and r.status == "ok"), None)
-    if base_res is not None:
+    if base_res is not None and base_res.status == "ok":  # performance gates need the baseline's own figures
         for r in record.variants:
             if r.role == "variant" and r.status == "ok":
                 gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated)
