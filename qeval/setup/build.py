@@ -56,6 +56,29 @@ def run_step(step: str, cmd: list[str], log: Path, env: dict[str, str] | None = 
         raise SetupError(step, log, f"exit {code}")
 
 
+# Every site dir an interpreter imports from: those of its own venv, those a .pth file adds, the system's.
+_SITE_DIRS = ("import os, sys; print('\\n'.join(p for p in sys.path "
+              "if os.path.basename(p) in ('site-packages', 'dist-packages') and os.path.isdir(p)))")
+INHERITED_PTH = "qeval-inherited.pth"
+
+
+def inherit_sites(base_python: str, python: Path, log: Path) -> None:
+    """Make a venv created with --system-site-packages see every package `base_python` sees. Python's venv gives
+    it only the base installation's site dirs, so a venv made from an interpreter that is itself a venv (CUDA
+    images commonly ship torch in one) would not see that venv's torch: a .pth file in the new venv names them."""
+    def dirs(py: str | Path) -> list[str]:
+        out = subprocess.run([str(py), "-s", "-c", _SITE_DIRS], capture_output=True, text=True, env=clean_env())
+        if out.returncode != 0:
+            raise SetupError("list site dirs", log, out.stderr.strip()[-500:])
+        return [d for d in out.stdout.splitlines() if d]
+    own = dirs(python)
+    missing = [d for d in dirs(base_python) if d not in own]
+    if missing:
+        (Path(own[0]) / INHERITED_PTH).write_text("\n".join(missing) + "\n")
+        with log.open("a") as f:
+            f.write(f"# {INHERITED_PTH}: {', '.join(missing)}\n")
+
+
 @dataclass
 class EnvBuilder:
     cache: Path
@@ -106,6 +129,8 @@ class EnvBuilder:
                 venv = [self.base_python, "-m", "venv"] + (["--system-site-packages"] if self.system_site_packages
                                                             else []) + [str(folder)]
                 run_step(f"{env.name}: create venv", venv, log)
+                if self.system_site_packages:
+                    inherit_sites(self.base_python, python, log)
                 pip = [str(python), "-m", "pip", "install", "-q"]
             for args in env.installs:
                 args = [str(lock_path(a.split("/", 1)[1])) if a.startswith("locks/") else a for a in args]

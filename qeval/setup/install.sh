@@ -125,6 +125,22 @@ assets=()
 [ "$kit_assets" = 1 ] || assets=(--no-assets)  # a kit made with --no-assets: the model and data come otherwise
 echo "install.sh: qeval into $prefix/venv"
 "$py" -m venv "${site[@]}" "$prefix/venv"
+if [ "$system_site" = 1 ]; then
+  # Python's venv would see only the base installation's packages: where "$py" is itself a venv (CUDA images
+  # often ship torch in one), a .pth file names its site dirs too (qeval setup does the same for the tool envs)
+  "$py" -s - "$prefix/venv/bin/python" <<'PY'
+import os, subprocess, sys
+code = ("import os, sys; print('\\n'.join(p for p in sys.path "
+        "if os.path.basename(p) in ('site-packages', 'dist-packages') and os.path.isdir(p)))")
+own = subprocess.run([sys.argv[1], "-s", "-c", code], capture_output=True, text=True, check=True).stdout.split()
+mine = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)]
+missing = [p for p in mine if p not in own]
+if missing:
+    with open(os.path.join(own[0], "qeval-inherited.pth"), "w") as f:
+        f.write("\n".join(missing) + "\n")
+    print("install.sh: the venv also sees " + ", ".join(missing), file=sys.stderr)
+PY
+fi
 extra_spec=""
 [ "$extras" = - ] || extra_spec="[$extras]"  # the extras the kit carries the wheels of (ray: the Ray executor)
 "$prefix/venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$wheelhouse/$qeval_wheel$extra_spec"

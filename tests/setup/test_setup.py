@@ -223,3 +223,24 @@ def test_cuda_envs_refuse_a_python_their_locks_were_not_resolved_for(tmp_path):
     with pytest.raises(ConfigError, match=r"locked for Python 3\.12") as e:
         setup(tmp_path / "cache", PlainReporter(lambda s: None), device="cuda", base_python=sys.executable)
     assert e.value.exit_code == 2 and not (tmp_path / "cache" / "envs").exists()
+
+
+def test_a_venv_made_from_a_venv_with_system_site_packages_sees_the_parents_packages(tmp_path):
+    """Python's venv gives --system-site-packages only the base installation's packages: a CUDA image whose torch
+    lives in a venv would leave the tool envs without it. The .pth file qeval writes makes the parent's visible."""
+    import subprocess
+
+    from qeval.setup.build import INHERITED_PTH, inherit_sites
+
+    parent = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(parent)], check=True)
+    site = next(parent.glob("lib/python*/site-packages"))
+    (site / "image_only_pkg.py").write_text("WHERE = 'image'\n")
+    child = tmp_path / "env"
+    subprocess.run([str(parent / "bin" / "python"), "-m", "venv", "--without-pip", "--system-site-packages",
+                    str(child)], check=True)
+    probe = [str(child / "bin" / "python"), "-c", "import image_only_pkg; print(image_only_pkg.WHERE)"]
+    assert subprocess.run(probe, capture_output=True).returncode != 0  # what Python's venv alone gives
+    inherit_sites(str(parent / "bin" / "python"), child / "bin" / "python", tmp_path / "log")
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "image"
+    assert str(site) in next(child.glob(f"lib/python*/site-packages/{INHERITED_PTH}")).read_text()
