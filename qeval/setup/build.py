@@ -3,6 +3,7 @@ half-built one (no stamp) is rebuilt from scratch. Every step's output goes to a
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -79,6 +80,28 @@ def inherit_sites(base_python: str, python: Path, log: Path) -> None:
             f.write(f"# {INHERITED_PTH}: {', '.join(missing)}\n")
 
 
+_VERSIONS = ("import json, importlib.metadata as m; "
+             "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version for d in m.distributions()}))")
+
+
+def lacking(lock: Path, python: Path, log: Path) -> Path:
+    """The lock's pins that `python` does not already have. An overlay is installed with pip's --target, which
+    ignores what the interpreter has: on an image whose packages the envs see, a pin it has at that version (a
+    local label such as +cu130 aside) would be looked for again, and a kit made with --have does not carry it."""
+    out = subprocess.run([str(python), "-c", _VERSIONS], capture_output=True, text=True, env=clean_env())
+    if out.returncode != 0:
+        raise SetupError("list installed versions", log, out.stderr.strip()[-500:])
+    have = {n: v.split("+")[0] for n, v in json.loads(out.stdout).items()}
+    kept = []
+    for line in lock.read_text().splitlines():
+        name, _, version = line.split("#")[0].strip().partition("==")
+        if not version or have.get(name.lower().replace("_", "-")) != version.strip():
+            kept.append(line)
+    filtered = log.with_suffix(f".{lock.name}")
+    filtered.write_text("\n".join(kept) + "\n")
+    return filtered
+
+
 @dataclass
 class EnvBuilder:
     cache: Path
@@ -134,6 +157,8 @@ class EnvBuilder:
                 pip = [str(python), "-m", "pip", "install", "-q"]
             for args in env.installs:
                 args = [str(lock_path(a.split("/", 1)[1])) if a.startswith("locks/") else a for a in args]
+                if env.overlay_of and self.system_site_packages:  # only what the interpreter lacks
+                    args = [str(lacking(Path(a), python, log)) if a.endswith(".txt") else a for a in args]
                 run_step(f"{env.name}: pip install {' '.join(args)}", pip + self.source.args() + args, log)
             if env.uninstall:
                 run_step(f"{env.name}: pip uninstall {' '.join(env.uninstall)}",

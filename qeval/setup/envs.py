@@ -56,6 +56,10 @@ def _lock_pins(name: str, *only: str) -> dict[str, str]:
 
 
 _VLLM_CHECK = "import vllm, lm_eval; print('vllm', vllm.__version__)"
+# An env installed with --no-deps from a lock: lm-eval's API models look for their extra's packages only when a
+# suite makes one, so a package the lock misses would fail every lm-eval suite rather than the build
+_VLLM_LOCKED_CHECK = ("import vllm, lm_eval, aiohttp, requests, tenacity, tiktoken, tqdm; "
+                      "print('vllm', vllm.__version__)")
 _LLMC_CHECK = "import llmcompressor, transformers; print('llmc ok', transformers.__version__)"
 _MODELOPT_CHECK = "import modelopt.torch.quantization, modelopt.torch.export; print('modelopt ok')"
 
@@ -78,7 +82,7 @@ TABLE: dict[str, tuple[ToolEnv, ...]] = {
     ),
     "cuda": (
         ToolEnv("vllm", "vllm-0.26.0", installs=(("--no-deps", "-r", "locks/cuda-vllm.txt"),),
-                pins=_lock_pins("cuda-vllm.txt", "torch", "vllm", "lm-eval"), check=_VLLM_CHECK),
+                pins=_lock_pins("cuda-vllm.txt", "torch", "vllm", "lm-eval"), check=_VLLM_LOCKED_CHECK),
         ToolEnv("llmc", "llmc-0.14.0.1", installs=(("--no-deps", "-r", "locks/cuda-llmc.txt"),),
                 pins=_lock_pins("cuda-llmc.txt", "torch", "llmcompressor"), check=_LLMC_CHECK),
         ToolEnv("modelopt", "modelopt-0.47.0", installs=(("--no-deps", "-r", "locks/modelopt.txt"),),

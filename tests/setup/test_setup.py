@@ -123,6 +123,39 @@ def test_the_cuda_table_reads_its_locks_and_pins_what_vllm_needs_at_engine_start
     assert cuda["llmc"].spec_hash() != {e.tool: e for e in TABLE["cpu"]}["llmc"].spec_hash()
 
 
+def test_the_cuda_vllm_lock_and_check_hold_lm_evals_api_extra():
+    """The CUDA env installs with --no-deps from its lock, so the lock must name what lm-eval's API models (the
+    `local-completions` client every lm-eval suite uses) load; read from lm-eval's own metadata in the CPU env."""
+    import re
+    from importlib.metadata import Distribution
+
+    from qeval.setup.envs import _VLLM_LOCKED_CHECK
+    from qeval.setup.kit import lock_pins
+
+    cpu = Settings.from_env().vllm
+    sites = sorted(Path(cpu.python).parent.parent.glob("lib/python*/site-packages")) if cpu else []
+    if not sites:
+        pytest.skip("no CPU vllm env here (make setup builds it) to read lm-eval's metadata from")
+    meta = Distribution.at(next(sites[0].glob("lm_eval-*.dist-info")))
+    api = {re.split(r"[ ;<>=!\[]", r, maxsplit=1)[0].lower() for r in meta.requires or () if 'extra == "api"' in r}
+    assert "tenacity" in api  # what the lock once missed
+    locked = set(dict(lock_pins("cuda-vllm.txt")))
+    assert api <= locked, f"lm-eval[api] needs {sorted(api - locked)}, not in cuda-vllm.txt"
+    assert all(re.search(rf"\b{name}\b", _VLLM_LOCKED_CHECK) for name in api)
+
+
+def test_an_overlay_on_an_image_installs_only_the_pins_its_interpreter_lacks(tmp_path):
+    """pip's --target ignores what the interpreter has: a kit made with --have carries no wheel of a pin the
+    image has, so the overlay's lock is cut to what is missing (a local label such as +cu130 aside)."""
+    from qeval.setup.build import lacking
+
+    lock = tmp_path / "overlay.txt"
+    lock.write_text("# comment\npytest==" + __import__("pytest").__version__ + "\nno-such-dist==1.0\n"
+                    "typer==0.0.1\n")
+    kept = lacking(lock, Path(sys.executable), tmp_path / "overlay.log").read_text().splitlines()
+    assert kept == ["# comment", "no-such-dist==1.0", "typer==0.0.1"]
+
+
 def test_setup_writes_tools_json_and_settings_read_it(tmp_path):
     cache = tmp_path / "cache"
     cpu = {e.tool: e for e in TABLE["cpu"]}
