@@ -1,5 +1,5 @@
 """Stamps the commit a wheel or sdist is built from into it (qeval/_build_info.py), so that an installed qeval
-names its commit in every run record (qeval/provenance.py). Everything else is in pyproject.toml."""
+names its commit in every run record (qeval/machine/provenance.py). Everything else is in pyproject.toml."""
 
 import importlib.util
 import json
@@ -15,7 +15,7 @@ STAMP = "_build_info.py"
 
 
 def _provenance():
-    spec = importlib.util.spec_from_file_location("qeval_provenance", ROOT / "qeval" / "provenance.py")
+    spec = importlib.util.spec_from_file_location("qeval_provenance", ROOT / "qeval" / "machine" / "provenance.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)  # by path: the package itself is not importable while it is built
@@ -26,7 +26,8 @@ def _write_stamp(package: Path) -> None:
     # from a git checkout: its commit; from an unpacked sdist (no .git): the commit stamped into the sdist
     p = _provenance()
     package.mkdir(parents=True, exist_ok=True)
-    (package / STAMP).write_text('"""Written when this qeval was built (setup.py): what qeval/provenance.py reads."""\n'
+    (package / STAMP).write_text('"""Written when this qeval was built (setup.py): what qeval/machine/provenance.py '
+                                 'reads."""\n'
                                  f"VERSION = {json.dumps(p.version)}\nCOMMIT = {json.dumps(p.commit)}\n")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from qeval.config import EngineSpec, LmEvalSuiteRef, VariantSpec
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings
-from qeval.store import ResultsStore
+from qeval.record.store import ResultsStore
 from qeval.suites.lmeval import lmeval_argv, materialize_tasks, resolve_tasks, run_lmeval
 
 ROOT = Path(__file__).resolve().parent.parent

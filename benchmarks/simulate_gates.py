@@ -15,7 +15,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from qeval.metrics import continuous, indicator
+from qeval.record.metrics import continuous, indicator
 from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
 from qeval.stats.exact import noninferiority_exact
 from qeval.verdict.comparison import compare_metric

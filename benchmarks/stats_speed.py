@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from qeval.metrics import continuous, indicator
+from qeval.record.metrics import continuous, indicator
 from qeval.stats import paired_bootstrap_ci
 from qeval.verdict.comparison import adjust_all, compare_metric
 from qeval.verdict.gates import evaluate

@@ -33,7 +33,7 @@ from qeval.engines.vllm import VllmEngine
 from qeval.probe.client import run_concurrency
 from qeval.probe.server_metrics import metrics_url
 from qeval.settings import Settings
-from qeval.store import ResultsStore
+from qeval.record.store import ResultsStore
 from qeval.suites.custom import CustomSuite, _request, load_suite, run_custom
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -320,7 +320,7 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
 def report(run_dir: Path, pdf: bool = typer.Option(False, "--pdf", help="also report.pdf, printed by headless "
                                                                          "Chromium (`make browser` installs it)")) -> None:
     """(Re)write report.html, report.md, summary.md and junit.xml of a run from its run record."""
-    from .record import RunRecord
+    from .record.run import RunRecord
     from .report import write_all
 
     path = run_dir / "run.json"
@@ -340,7 +340,7 @@ def sync(run_dir: Path, tracking_uri: str = typer.Option(None, help="default: th
     """Log a run record to MLflow (again): idempotent, for runs whose tracker was down."""
     from .config import MlflowSpec
     from .pipeline.publish import export_items
-    from .record import RunRecord
+    from .record.run import RunRecord
     from .tracking.mlflow import default_tracking_uri, log_record
 
     path = run_dir / "run.json"

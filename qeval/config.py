@@ -54,7 +54,8 @@ def _engine_keys(kind: Any) -> list[str] | None:
 
 class ModelSpec(Strict):
     """The base (full-precision) checkpoint: a folder, the embedded one built by `make setup`, or a Hugging Face
-    model id resolved through the local Hugging Face cache (qeval/hub.py). Its content is its key, however named."""
+    model id resolved through the local Hugging Face cache (qeval/machine/hub.py). Its content is its key, however
+    named."""
 
     path: Path | None = None
     # smollm2-135m-instruct: built by `qeval setup`; llama-3-8b-random: a Llama-3-8B-shaped model with random
@@ -66,7 +67,7 @@ class ModelSpec(Strict):
     hf: str | None = None
     revision: str = "main"  # of `hf`: a branch, a tag or a commit hash
     # auto: bfloat16 where bf16 compute is native (GPU, AVX512-BF16 / AMX CPUs), float32 on other CPUs
-    # (qeval/hardware.py); results are keyed by the dtype they were computed in
+    # (qeval/machine/hardware.py); results are keyed by the dtype they were computed in
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # code shipped with a checkpoint runs only when this model's entry says so (engines and quantizers)
     trust_remote_code: bool = False
@@ -74,7 +75,7 @@ class ModelSpec(Strict):
     @field_validator("hf")
     @classmethod
     def _repo_id(cls, v: str | None) -> str | None:
-        from .hub import check_repo_id
+        from .machine.hub import check_repo_id
 
         return v if v is None else check_repo_id(v)
 

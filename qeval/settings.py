@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .hardware import CpuInfo
+from .machine.hardware import CpuInfo
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _runtime(env: Mapping[str, str], prefix: str, default: Runtime | None, name:
 
 def _built(cache: Path) -> dict[str, Runtime]:
     """The envs `qeval setup` built (envs/tools.json); without that file, the CPU envs by their names."""
-    from .tool_envs import read
+    from .machine.tool_envs import read
 
     _, entries = read(cache)
     found = {tool: Runtime(e.name, Path(e.python), e.pythonpath) for tool, e in entries.items()}

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from qeval.cli import app
 from qeval.config import CampaignConfig
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 
 HOOK = Path(__file__).resolve().parents[1] / "docs" / "hooks" / "reference.py"
 

@@ -12,7 +12,7 @@ from qeval.pipeline.campaign import Campaign
 from qeval.config import CampaignConfig, load_config
 from qeval.engines.vllm import VllmEngine
 from qeval.errors import ConfigError
-from qeval.hardware import CpuInfo, choose_dtype
+from qeval.machine.hardware import CpuInfo, choose_dtype
 from qeval.quantize import quantizer_for
 from qeval.settings import Settings
 

@@ -143,7 +143,8 @@ NOT_KEYS = {
     ("qeval/suites/preflight.py", "_marker"),  # the worker's text, in the marker's key
     ("qeval/suites/logprobs.py", "chunk_record"),  # a record's prompt and document hashes
 }
-KEY_MODULES = ("qeval/pipeline", "qeval/quantize", "qeval/store.py", "qeval/probe", "qeval/suites", "qeval/config.py")
+KEY_MODULES = ("qeval/pipeline", "qeval/quantize", "qeval/record/store.py", "qeval/probe", "qeval/suites",
+               "qeval/config.py")
 
 
 def _hash_calls(path: Path) -> list[tuple[str, int, bool]]:

@@ -22,10 +22,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qeval"
 # room above. Patterns are module names (fnmatch); "qeval.x.*" covers the package qeval.x and everything in it.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("qeval.errors", "qeval.hashing", "qeval.registry", "qeval.validation", "qeval.settings",
-                "qeval.tool_envs", "qeval.methods", "qeval.progress", "qeval.hardware", "qeval.hub", "qeval.provenance",
-                "qeval.emulate*", "qeval.workers*")),
+                "qeval.methods", "qeval.progress", "qeval.machine*", "qeval.emulate*", "qeval.workers*")),
     ("stats", ("qeval.stats*",)),
-    ("records", ("qeval.record", "qeval.record_models", "qeval.store", "qeval.metrics")),
+    ("records", ("qeval.record*",)),
     ("verdict", ("qeval.verdict*",)),
     ("engines", ("qeval.engines*",)),
     ("suites, probe, quantize", ("qeval.suites*", "qeval.probe*", "qeval.quantize*")),

@@ -57,7 +57,7 @@ def test_lm_eval_metrics_are_declared_by_lm_eval_and_the_task():
 
 
 def test_an_undeclared_direction_fails_the_gate_and_asks_for_one():
-    from qeval.metrics import UNDECLARED
+    from qeval.record.metrics import UNDECLARED
     from qeval.verdict.policy import GatePolicy, GateRule
 
     rng = np.random.default_rng(1)

@@ -88,7 +88,7 @@ def test_a_plugin_suite_kind_runs_and_is_gated_end_to_end(plugin, tmp_path):
     and gated like a built-in one: on the fake engine, baseline and variant, through the whole campaign."""
     from qeval.engines.fake import FakeEngineSpec
     from qeval.pipeline import campaign
-    from qeval.store import ResultsStore
+    from qeval.record.store import ResultsStore
 
     fake_checkpoint(tmp_path, "base", FakeEngineSpec())
     q = fake_checkpoint(tmp_path, "q", FakeEngineSpec(model="other"))

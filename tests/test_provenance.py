@@ -10,14 +10,14 @@ import zipfile
 from pathlib import Path
 
 from qeval.pipeline.environment import environment
-from qeval.provenance import provenance
+from qeval.machine.provenance import provenance
 from qeval.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # what a Python with no qeval installed prints: no site-packages (-S), the copy first on the path
-PRINT = ("import sys; sys.path.insert(0, sys.argv[1]); from qeval.provenance import provenance; p = provenance(); "
-         "print(p.version, p.commit)")
+PRINT = ("import sys; sys.path.insert(0, sys.argv[1]); from qeval.machine.provenance import provenance; "
+         "p = provenance(); print(p.version, p.commit)")
 
 
 def _git(*args: str, cwd: Path = ROOT) -> str:

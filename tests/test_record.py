@@ -20,8 +20,8 @@ from qeval.probe.client import RequestResult, StepRun
 from qeval.probe.grid import GridRow, assemble, best_cell, cell_probe
 from qeval.probe.grid_run import load_rows, run_row, save_row, serve_row
 from qeval.probe.latency import ProbeResult, run_probe, summarize
-from qeval.record import SCHEMA_VERSION, Measured, Named, RunRecord, VariantResult, prior_facts
-from qeval.record_models import BaselineDistribution, Distribution, Grid, GridCell, Probe
+from qeval.record.run import SCHEMA_VERSION, Measured, Named, RunRecord, VariantResult, prior_facts
+from qeval.record.measurements import BaselineDistribution, Distribution, Grid, GridCell, Probe
 from qeval.report import html, markdown
 from qeval.settings import Settings
 from qeval.suites.logprobs import LogprobsSuite, chunk_record

@@ -357,13 +357,13 @@ def render_campaign() -> str:
 
 
 def record_tables() -> list[Table]:
-    from qeval.record import RunRecord
+    from qeval.record.run import RunRecord
 
     return list(walk(RunRecord, title="run.json (top level)", note="The run record, `runs/NAME/run.json`."))
 
 
 def render_record() -> str:
-    from qeval.record import SCHEMA_VERSION
+    from qeval.record.run import SCHEMA_VERSION
 
     return f"The current `schema_version` is **{SCHEMA_VERSION}**.\n\n" + render_tables(record_tables())
 

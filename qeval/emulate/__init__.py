@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..hardware import CpuInfo
+from ..machine.hardware import CpuInfo
 
 KINDS = ("avx2",)
 SITE = Path(__file__).parent  # <kind>/sitecustomize.py

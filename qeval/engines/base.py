@@ -11,7 +11,7 @@ from .registry import ENGINES
 from .spec import EngineSpec, ServedEngineSpec
 
 if TYPE_CHECKING:
-    from ..hardware import CpuInfo
+    from ..machine.hardware import CpuInfo
     from ..settings import Runtime, Settings
 
 

@@ -22,7 +22,7 @@ from .spec import VllmSpec
 from .watchdog import Watchdog, progress_reader
 
 if TYPE_CHECKING:
-    from ..hardware import CpuInfo
+    from ..machine.hardware import CpuInfo
     from ..settings import Runtime, Settings
 
 

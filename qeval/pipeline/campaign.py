@@ -18,11 +18,11 @@ from typing import Iterator, Sequence
 
 from ..config import CampaignConfig, EngineSpec, VariantSpec
 from ..errors import ConfigError
-from ..hardware import DtypeChoice
+from ..machine.hardware import DtypeChoice
 from ..progress import PlainReporter, Reporter
-from ..record import Measured, RunRecord, VariantResult, prior_run
+from ..record.run import Measured, RunRecord, VariantResult, prior_run
 from ..settings import Settings
-from ..store import ResultsStore
+from ..record.store import ResultsStore
 from ..suites.preflight import lmeval_data_check
 from .environment import environment
 from .executor import make_executor

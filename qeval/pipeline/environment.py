@@ -7,7 +7,7 @@ import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from ..provenance import provenance
+from ..machine.provenance import provenance
 from ..settings import Settings
 
 

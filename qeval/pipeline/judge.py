@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..config import CampaignConfig
-from ..record import Comparison, GateResult, GateVerdict, NoiseFloor, RunRecord, SuiteSummary, VariantResult
-from ..record_models import BaselineDistribution, Distribution, FlipRow, Probe, SuiteFlips
-from ..store import Record, ResultsStore
+from ..record.run import Comparison, GateResult, GateVerdict, NoiseFloor, RunRecord, SuiteSummary, VariantResult
+from ..record.measurements import BaselineDistribution, Distribution, FlipRow, Probe, SuiteFlips
+from ..record.store import Record, ResultsStore
 from ..verdict.policy import GatePolicy
 from .plan import Plan
 

@@ -15,7 +15,7 @@ from ..config import CampaignConfig, EngineSpec, GridSpec, ProbeSpec, VariantSpe
 from ..engines import serve_dtypes
 from ..engines.spec import merged
 from ..errors import ConfigError, MissingEnvError
-from ..hardware import DtypeChoice, choose_dtype
+from ..machine.hardware import DtypeChoice, choose_dtype
 from ..hashing import key_hash
 from ..methods import WEIGHT_ONLY
 from ..settings import Settings
@@ -137,7 +137,7 @@ def variant_key(v: VariantSpec, spec: EngineSpec, settings: Settings, checkpoint
     # every setting the campaign gives the engine, but those its Spec declares change no output: a setting
     # left at its default adds nothing, so a knob added later keeps every key where it is not used
     key |= {k: x for k, x in non_defaults(spec).items() if k not in key and k not in spec.NEUTRAL | {"kind"}}
-    # a server started here on the CPU computes with this CPU's kernels (hardware.py: results differ by family)
+    # a server started here on the CPU computes with this CPU's kernels (machine/hardware.py: results differ by family)
     key |= {"cpu": settings.cpu.kernels()} if getattr(spec, "device", None) == "cpu" else {}
     return "ckpt:" + key_hash(key)
 
@@ -185,7 +185,7 @@ def simulate_resolved(v: VariantSpec, why: str | None) -> VariantSpec:
 def base_checkpoint(cfg: CampaignConfig, settings: Settings, local_only: bool = False) -> Path:
     """The base model's folder. `local_only`: a Hugging Face model from the cache only, never downloaded."""
     if cfg.model.hf:
-        from ..hub import snapshot
+        from ..machine.hub import snapshot
 
         return snapshot(cfg.model.hf, cfg.model.revision, local_only=local_only)
     if not cfg.model.builtin:
@@ -281,7 +281,7 @@ def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> Plan:
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
     """A sequential method that would read a gated metric wrong (verdict.sequential.unfit), found before anything
     starts."""
-    from ..metrics import UNDECLARED
+    from ..record.metrics import UNDECLARED
     from ..verdict.rules import gated_metrics
     from ..verdict.sequential import unfit
 

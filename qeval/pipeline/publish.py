@@ -11,7 +11,7 @@ from ..progress import PlainReporter, Reporter
 
 if TYPE_CHECKING:
     from ..config import CampaignConfig
-    from ..record import RunRecord
+    from ..record.run import RunRecord
 
 
 def publish(record: "RunRecord", run_dir: Path, record_path: Path, cfg: "CampaignConfig",
@@ -56,7 +56,7 @@ def export_items(record: "RunRecord", run_dir: Path) -> list[Path]:
     (tracking/mlflow.py items_file): one row per item and sample, its scores as `score.<metric>` columns."""
     import pandas as pd
 
-    from ..store import ResultsStore
+    from ..record.store import ResultsStore
     from ..tracking.mlflow import items_file
 
     written = []

@@ -399,7 +399,7 @@ class RayExecutor:
         stream's merge (stream.Merge): what is Ray's here is placement, retries and the budget."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from ..record import Measured
+        from ..record.run import Measured
         from .stream import Made, Merge, shipped_files
         from .variant import VariantOutcome
 

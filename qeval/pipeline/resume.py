@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import VariantSpec
-from ..record import Measured, VariantResult
-from ..store import ResultsStore
+from ..record.run import Measured, VariantResult
+from ..record.store import ResultsStore
 from .judge import load_probe, summarize
 from .plan import Plan, VariantPlan
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Union, runtime_checkable
 
-from ..store import Record, ResultsStore
+from ..record.store import Record, ResultsStore
 
 if TYPE_CHECKING:
     from .plan import VariantPlan

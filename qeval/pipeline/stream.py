@@ -27,7 +27,7 @@ from ..engines.process import pid_alive
 from ..errors import MissingEnvError, QuantizeError
 from ..hashing import in_hub_cache
 from ..settings import Settings
-from ..store import Record, ResultsStore
+from ..record.store import Record, ResultsStore
 from .leases import Guard, unguarded
 from .plan import VariantPlan
 from .sink import RecordSink, Stored
@@ -215,7 +215,7 @@ def base_on_node(base: Path, driver: Settings, node: Settings) -> Path:
     if base.is_relative_to(driver.models):
         return node.models / base.relative_to(driver.models)
     if in_hub_cache(base):  # <cache>/models--org--name/snapshots/<commit>
-        from ..hub import snapshot
+        from ..machine.hub import snapshot
 
         return snapshot(base.parent.parent.name.removeprefix("models--").replace("--", "/"), base.name)
     return base

@@ -19,12 +19,12 @@ from ..engines.spec import kv_cache_dtype
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import key_hash, tree_hash
 from ..progress import Reporter
-from ..record import Measured
-from ..record_models import metric_segment
+from ..record.run import Measured
+from ..record.measurements import metric_segment
 from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..quantize.describe import describe_checkpoint
-from ..store import Record
+from ..record.store import Record
 from .leases import Guard, unguarded
 from ..suites.base import Part
 from .monitor import Monitor

@@ -3,7 +3,7 @@
 A row is one engine setting (e.g. max_num_seqs=8: one server start), a column one client
 concurrency; a cell is one probe step on that row's server at that concurrency, with the engine's
 memory right after it. Cells and the assembled grid are plain dicts as stored (a row's JSON, a variant's
-outcome); the run record validates them into record_models.Grid, whose views (a cell's figures, the SLOs,
+outcome); the run record validates them into record.measurements.Grid, whose views (a cell's figures, the SLOs,
 the heat map's matrix, the table) the report and MLflow read. Running the grid is in grid_run.py.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
 from ..engines.spec import EngineSpec
-from ..record_models import GridCell
+from ..record.measurements import GridCell
 from .spec import GridEngineSpec, GridSpec, ProbeSpec
 from .latency import StepSummary
 
@@ -83,7 +83,7 @@ def best_cell(cells: Sequence[Cell], slo: dict[str, float]) -> Cell | None:
 
 def assemble(grid: GridSpec, slo: dict[str, float], rows: Sequence[dict[str, Any]],
              errors: dict[str, str]) -> dict[str, Any]:
-    """The grid as the run record keeps it (record_models.Grid, as a dict). `rows`: the stored rows (cells
+    """The grid as the run record keeps it (record.measurements.Grid, as a dict). `rows`: the stored rows (cells
     and how they were served); `errors`: row label -> why that row has no cells (its engine did not start,
     or died)."""
     cells = [c for r in rows for c in r["cells"]]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
-from ..record_models import step_figures
+from ..record.measurements import step_figures
 from .spec import ProbeSpec
 from ..engines import Endpoint
 from .analysis import Step, dist, max_load_within_slo, saturation_point, steady

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..record import RunRecord
+from ..record.run import RunRecord
 
 
 def write_all(record: RunRecord, run_dir: Path, pdf: bool = False) -> dict[str, Path]:

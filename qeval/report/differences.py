@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..record import VariantResult
+from ..record.run import VariantResult
 
 # the record's recipe keys a reader knows by another name
 NAMES = {"samples": "calibration samples", "seq_len": "calibration sequence length", "awq_n_grid": "AWQ grid",

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 import markdown as md
 
-from ..record import RunRecord
+from ..record.run import RunRecord
 from . import markdown as report_md
 from . import plots
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..record import RunRecord
+from ..record.run import RunRecord
 from ..verdict.savings import savings, stopped_at
 
 

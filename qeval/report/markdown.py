@@ -8,8 +8,8 @@ from typing import Protocol
 
 import jinja2
 
-from ..record import GateResult, RunRecord
-from ..record_models import Grid, GridCell, ProbeStep, SuiteFlips
+from ..record.run import GateResult, RunRecord
+from ..record.measurements import Grid, GridCell, ProbeStep, SuiteFlips
 from ..verdict.flips import KEEP
 from ..verdict.noise import floor_rows, show as show_floor
 from ..verdict.savings import savings, short_method, stopped_at

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display; figures are rendered to PNG bytes
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..record import RunRecord  # noqa: E402
+from ..record.run import RunRecord  # noqa: E402
 
 MARKERS = {"PASS": ("o", "black"), "FAIL": ("x", "black"), "INCONCLUSIVE": ("s", "none"), "WARN": ("^", "none")}
 STYLES = ["-", "--", ":", "-."]

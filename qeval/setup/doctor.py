@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EXIT_INFRA, EXIT_PASS, EXIT_USAGE, ConfigError, QevalError
-from ..hardware import choose_dtype
+from ..machine.hardware import choose_dtype
 from ..settings import Runtime, Settings
 
 # what each tool environment holds that decides results, read from its dist-info folders

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import tool_envs
+from ..machine import tool_envs
 from ..errors import ConfigError
 from ..progress import Reporter
 from .assets import MODEL, MODELS, AssetBuilder

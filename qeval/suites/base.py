@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from ..metrics import MetricSpec
-from ..store import Record
+from ..record.metrics import MetricSpec
+from ..record.store import Record
 
 if TYPE_CHECKING:
     from ..engines import Endpoint
-    from ..record_models import BaselineDistribution, Distribution, FlipRow, SuiteFlips
+    from ..record.measurements import BaselineDistribution, Distribution, FlipRow, SuiteFlips
     from ..settings import Settings
     from ..verdict.pairing import Paired
 

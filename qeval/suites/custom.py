@@ -16,9 +16,9 @@ from ..engines import Endpoint
 from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
 from ..hashing import file_hash, key_hash, stable_hash
-from ..metrics import MetricSpec, continuous, indicator
+from ..record.metrics import MetricSpec, continuous, indicator
 from ..validation import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
-from ..store import Record
+from ..record.store import Record
 from .base import ItemSuite, Part, SuiteRun, run_items
 from .scorers import Scorer, build_scorer
 from .scorers import ScorerSpec

@@ -23,9 +23,9 @@ from ..engines import Endpoint
 from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..hashing import file_hash, key_hash
-from ..metrics import MetricSpec
+from ..record.metrics import MetricSpec
 from ..settings import Runtime
-from ..store import Record
+from ..record.store import Record
 from .base import ItemSuite, Part, SuiteRun
 from .spec import LmEvalSuiteRef
 

@@ -25,9 +25,9 @@ from ..engines.base import tls_verify
 from ..engines.capabilities import PromptLogprobsRoute
 from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
-from ..metrics import MetricSpec, continuous
+from ..record.metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
-from ..store import Record
+from ..record.store import Record
 from .base import Looks, Pairing, Part, SuiteRun, View, run_items
 from .spec import LogprobsSuiteRef
 
@@ -83,7 +83,7 @@ class LogprobsSuite:
         per-token figures."""
         from ..verdict.pairing import Paired, align
         from ..verdict.flips import chunk_flips
-        from ..record_models import BaselineDistribution, Distribution
+        from ..record.measurements import BaselineDistribution, Distribution
         from ..stats.distribution import summarize as summarize_positions
 
         views = [View(align(part.suite, base, cand), None)]

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..methods import scheme_params
-from ..record import RunRecord
-from ..record_models import Grid, metric_segment
+from ..record.run import RunRecord
+from ..record.measurements import Grid, metric_segment
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
 from .spec import default_tracking_uri  # noqa: F401  (where callers have always found it)

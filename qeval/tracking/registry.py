@@ -12,7 +12,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from ..record import RunRecord
+from ..record.run import RunRecord
 
 INFO_DIR = "model"
 INFO_FILE = "qeval-variant.json"

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from ..metrics import MetricSpec
-from ..record import Comparison
+from ..record.metrics import MetricSpec
+from ..record.run import Comparison
 from ..stats import (adjust, clustered, clustered_mean_delta, design_effect, flips, mcnemar_exact,
                      mean_delta, observed_power, paired_bootstrap_ci, paired_proportion_ci, planned_power,
                      sign_flip_permutation, wilcoxon)

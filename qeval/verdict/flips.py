@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..record_models import FlipRow, SuiteFlips
-from ..store import Record
+from ..record.measurements import FlipRow, SuiteFlips
+from ..record.store import Record
 
 KEEP = 10  # rows of each direction kept in the record (the report shows these)
 FLIP_TEXT = 300  # characters of a response kept in the record

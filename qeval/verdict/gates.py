@@ -10,7 +10,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Mapping
 
-from ..record import Comparison, GateResult, GateVerdict
+from ..record.run import Comparison, GateResult, GateVerdict
 from ..stats import decide
 from ..stats.exact import noninferiority_exact
 from .policy import GatePolicy, GateRule

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from pydantic import Field, model_validator
 
-from ..record import Comparison
-from ..record_models import FloorFigure, FloorNote
+from ..record.run import Comparison
+from ..record.measurements import FloorFigure, FloorNote
 from ..validation import Strict
 
 SUFFIX = "-aa"  # the A/A evaluation's name: the baseline's, with this after it
@@ -39,7 +39,7 @@ class NoiseFloorSpec(Strict):
         return 8 if suite_concurrency and all(c == 1 for c in suite_concurrency) else 1
 
 
-# how each figure of disagreement reads a comparison (a metric declares which one it gives: metrics.py)
+# how each figure of disagreement reads a comparison (a metric declares which one it gives: record/metrics.py)
 FIGURES = {"flip rate": lambda c: c.flip_rate, "mean KL": lambda c: c.variant_mean,
            "top-1 disagreement": lambda c: 1.0 - c.variant_mean}
 

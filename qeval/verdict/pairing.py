@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import QevalError
-from ..store import Record
+from ..record.store import Record
 
 
 class PairingError(QevalError):

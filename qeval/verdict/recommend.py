@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 if TYPE_CHECKING:
-    from ..record import GateResult, RunRecord
+    from ..record.run import GateResult, RunRecord
 
 By = Literal["weights_memory", "throughput_at_slo"]
 FAILING = ("FAIL", "INCONCLUSIVE")  # WARN never stops a variant

@@ -8,8 +8,8 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from ..metrics import MetricSpec
-    from ..record import Comparison
+    from ..record.metrics import MetricSpec
+    from ..record.run import Comparison
     from .policy import GatePolicy, GateRule
 
 

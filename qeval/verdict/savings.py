@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..record import GateResult, RunRecord, VariantResult
+    from ..record.run import GateResult, RunRecord, VariantResult
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from .pairing import Paired
 from .rules import direction_of_spec, gated_metrics
 
 if TYPE_CHECKING:
-    from ..metrics import MetricSpec
+    from ..record.metrics import MetricSpec
     from ..stats.sequential import SequentialResult
     from .policy import GatePolicy, GateRule, SequentialSpec
 
@@ -144,7 +144,7 @@ def look_at_suite(policy: "GatePolicy", suite: str, primary: str | None, declare
                   paired: Paired, order: Sequence[str], order_groups: Sequence[str | None],
                   base_means: Mapping[str, float]) -> SuiteLook:
     """Each gated metric's sequential result on the complete prefix of the order (pure)."""
-    from ..metrics import UNDECLARED
+    from ..record.metrics import UNDECLARED
 
     ordered, _ = in_order(paired, order)
     metrics = sorted(paired.base)

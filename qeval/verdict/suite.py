@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..metrics import UNDECLARED, MetricSpec
-from ..record import Comparison
+from ..record.metrics import UNDECLARED, MetricSpec
+from ..record.run import Comparison
 from .comparison import compare_metric
 from .pairing import Paired
 from .policy import GatePolicy, GateRule

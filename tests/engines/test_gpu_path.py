@@ -258,7 +258,7 @@ def test_tensor_parallel_memory_is_the_whole_models_summed_over_ranks():
                                                                                         "(VllmWorker rank=1 pid=11)")
     assert parse_model_memory(older) == int(14.75 * 2**30)
     # the per-GPU share in the report, beside the totals
-    from qeval.record import RunRecord, VariantResult
+    from qeval.record.run import RunRecord, VariantResult
     from qeval.report import markdown
 
     probe = {"steps": [], "saturation_concurrency": None, "max_concurrency_within_slo": None}

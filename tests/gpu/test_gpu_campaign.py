@@ -40,7 +40,7 @@ def test_gpu_campaign_bf16_vs_fp8(tmp_path):
         "probe": {"enabled": True, "concurrency": [1, 4], "requests_per_step": 8, "warmup_requests": 2},
         "mlflow": {"enabled": False}})
     Campaign(cfg, settings).run()
-    from qeval.record import RunRecord
+    from qeval.record.run import RunRecord
 
     r = RunRecord.load(tmp_path / "gpu-test" / "run.json")
     base, fp8 = r.variants

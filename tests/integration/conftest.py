@@ -13,7 +13,7 @@ import pytest
 
 from qeval.config import EngineSpec, VariantSpec
 from qeval.engines.vllm import VllmEngine
-from qeval.hardware import choose_dtype
+from qeval.machine.hardware import choose_dtype
 from qeval.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 
 from ..conftest import campaign_file, descendants, sees
 from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wait_exit, wait_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from qeval.settings import Settings
 
 from ..conftest import campaign_file

@@ -13,7 +13,7 @@ import pytest
 
 from qeval.engines.process import is_alive
 from qeval.engines.watchdog import FAILURES, HEALTH_TIMEOUT_S, INTERVAL_S
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from qeval.settings import Settings
 
 from ..conftest import campaign_file

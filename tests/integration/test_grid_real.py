@@ -10,7 +10,7 @@ import pytest
 
 from qeval.pipeline.campaign import run
 from qeval.config import load_config
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 
 from ..conftest import campaign_file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from qeval.settings import Settings
 
 from ..conftest import campaign_file, describe, descendants, sees_marked, wait_gone

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from qeval.engines.process import ORPHAN_GRACE_S
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from qeval.settings import Settings
 
 from ..conftest import campaign_file, describe, sees_marked, wait_gone

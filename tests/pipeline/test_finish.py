@@ -17,9 +17,9 @@ from qeval.pipeline.judge import judge, summarize
 from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
-from qeval.record import RunRecord, VariantResult
+from qeval.record.run import RunRecord, VariantResult
 from qeval.settings import Settings
-from qeval.store import Record, ResultsStore
+from qeval.record.store import Record, ResultsStore
 from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parents[2]

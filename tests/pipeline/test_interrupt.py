@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from tests.conftest import sees_marked
 from tests.loopback import Loopback, js
 from tests.ray_cluster import QUIET

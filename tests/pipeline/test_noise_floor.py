@@ -19,7 +19,7 @@ from qeval.engines.fake import FakeEngineSpec
 from qeval.errors import ConfigError
 from qeval.pipeline import campaign
 from qeval.progress import PlainReporter
-from qeval.record import Comparison
+from qeval.record.run import Comparison
 from qeval.settings import Settings
 from qeval.verdict.noise import NoiseFloorSpec, floor_figures, within_floor
 from tests.conftest import campaign_file, fake_checkpoint

@@ -15,9 +15,9 @@ from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.hashing import tree_hash
-from qeval.record import RunRecord, VariantResult
+from qeval.record.run import RunRecord, VariantResult
 from qeval.settings import Settings
-from qeval.store import Record, ResultsStore
+from qeval.record.store import Record, ResultsStore
 
 from tests.conftest import campaign_file
 from tests.loopback import Loopback, js

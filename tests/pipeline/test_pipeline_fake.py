@@ -26,7 +26,7 @@ from qeval.pipeline.sink import StoreSink
 from qeval.pipeline.variant import VariantOutcome
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
-from qeval.store import ResultsStore
+from qeval.record.store import ResultsStore
 from tests.conftest import campaign_file, fake_checkpoint, kill_tree
 
 N = 30  # items per suite: enough for a kill to land mid-suite, few enough for seconds

@@ -181,7 +181,7 @@ def test_a_pending_reference_is_waited_for_once_after_the_engine_is_up(tmp_path)
     from qeval.pipeline.plan import plan
     from qeval.pipeline.sink import StoreSink
     from qeval.pipeline.variant import run_variant
-    from qeval.store import ResultsStore
+    from qeval.record.store import ResultsStore
 
     config = _campaign(tmp_path, SEQ)
     cfg, settings = load_config(config), Settings(cache=tmp_path / "cache", share_records=False)

@@ -13,7 +13,7 @@ from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.plan import plan
 from qeval.pipeline.sink import StoreSink
 from qeval.settings import Settings
-from qeval.store import Record, ResultsStore
+from qeval.record.store import Record, ResultsStore
 from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parents[2]

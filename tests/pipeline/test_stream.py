@@ -18,7 +18,7 @@ from qeval.pipeline.sink import Stored
 from qeval.pipeline.sink import StoreSink
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
-from qeval.store import ResultsStore
+from qeval.record.store import ResultsStore
 from tests.pipeline.test_pipeline_fake import N, _campaign
 
 QUIET = PlainReporter(lambda s: None)
@@ -126,7 +126,7 @@ def test_a_lost_holders_leases_are_given_back():
 def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_sent(tmp_path):
     """Sequential gates read scores: a variant's task resubmitted after a lost worker gets the merged records."""
     from qeval.pipeline.stream import StreamSink
-    from qeval.store import Record
+    from qeval.record.store import Record
 
     with ResultsStore(tmp_path / "s.sqlite") as store:
         store.put("v", "s", "w3", "custom/x", [Record(item_id=f"i{k}", scores={"c": float(k % 2)}) for k in range(4)])

@@ -15,8 +15,8 @@ from qeval.engines.base import EngineMemory
 from qeval.probe.analysis import dist
 from qeval.probe.grid import assemble, best_cell, cell, cell_probe, row_label, settings
 from qeval.probe.latency import StepSummary
-from qeval.record import RunRecord, VariantResult
-from qeval.record_models import Grid, GridCell, metric_segment
+from qeval.record.run import RunRecord, VariantResult
+from qeval.record.measurements import Grid, GridCell, metric_segment
 from qeval.report import html, markdown, plots
 from qeval.settings import Settings
 from qeval.tracking.mlflow import grid_metrics, metric_name

@@ -22,9 +22,9 @@ from qeval.pipeline.judge import summarize
 from qeval.pipeline.plan import plan
 from qeval.config import load_config
 from qeval.hashing import tree_hash
-from qeval.record import RunRecord, VariantResult
+from qeval.record.run import RunRecord, VariantResult
 from qeval.settings import Settings
-from qeval.store import Record, ResultsStore
+from qeval.record.store import Record, ResultsStore
 from qeval.tracking.registry import passed_filter
 from qeval.tracking.server import MlflowServer, runs_table_urls
 from tests.browser import assert_real_png, dom, require_chromium, screenshot

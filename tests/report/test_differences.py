@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qeval.record import VariantResult
+from qeval.record.run import VariantResult
 from qeval.report.differences import differences
 
 RECIPE = {"method": "gptq", "group_size": 64, "symmetric": True, "samples": 64, "seq_len": 256, "dtype": "bfloat16"}
@@ -36,7 +36,7 @@ def test_a_repeated_recipe_is_said_to_be_the_same():
 
 
 def test_the_report_has_the_section_only_where_variants_of_one_method_differ():
-    from qeval.record import RunRecord
+    from qeval.record.run import RunRecord
     from qeval.report.markdown import render
 
     def record(*variants: VariantResult) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.record import RunRecord
+from qeval.record.run import RunRecord
 from qeval.report import html, junit, markdown
 
 FIXED_N = Path(__file__).parents[1] / "fixtures" / "records" / "schema2-gpu.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 from qeval.probe.analysis import dist
 from qeval.probe.latency import StepSummary
 from qeval.probe.server_metrics import server_view
-from qeval.record import RunRecord, VariantResult
+from qeval.record.run import RunRecord, VariantResult
 from qeval.report import html, markdown
 from qeval.tracking.mlflow import probe_history
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qeval import tool_envs
+from qeval.machine import tool_envs
 from qeval.cli import app
 from qeval.errors import ConfigError
 from qeval.progress import PlainReporter

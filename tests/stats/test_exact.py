@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from qeval.record import Comparison
+from qeval.record.run import Comparison
 from qeval.stats import paired_proportion_ci
 from qeval.stats.exact import _tail, noninferiority_exact, restricted_loss_rate, score
 from qeval.verdict.gates import evaluate

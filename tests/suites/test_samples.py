@@ -10,7 +10,7 @@ import pytest
 from qeval.config import GenerationSpec
 from qeval.engines import Endpoint
 from qeval.errors import ConfigError, EngineError, QevalError
-from qeval.store import ResultsStore
+from qeval.record.store import ResultsStore
 from qeval.suites.custom import load_suite, run_custom, sample_seeds
 from qeval.verdict.comparison import compare_metric
 from qeval.verdict.pairing import align
@@ -127,7 +127,7 @@ def test_a_scorer_error_in_a_run_names_the_descriptor_and_item(tmp_path):
 
 def test_sample_means_are_compared_as_continuous_scores(tmp_path):
     """A suite declares its metrics: a scorer's 0/1 score, averaged over two samples, is continuous."""
-    from qeval.store import Record
+    from qeval.record.store import Record
 
     (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
     one = load_suite(write_suite(tmp_path / "one", {"max_tokens": 4}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qeval.record import RunRecord, VariantResult
+from qeval.record.run import RunRecord, VariantResult
 from qeval.tracking.mlflow import default_tracking_uri, log_record
 from qeval.tracking.registry import passed_filter
 
@@ -52,7 +52,7 @@ def test_registry_on_a_sqlite_store(tmp_path: Path):
 
 
 def _comparison(variant: str, p_adjusted: float):
-    from qeval.record import Comparison
+    from qeval.record.run import Comparison
 
     return Comparison(variant=variant, suite="custom/caps", metric="exact", primary=True, n_paired=40,
                       unpaired_base=0, unpaired_variant=0, base_mean=0.7, variant_mean=0.65, delta=-0.05,

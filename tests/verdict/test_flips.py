@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from qeval.verdict.flips import FLIP_TEXT, chunk_flips, item_flips
-from qeval.store import Record
+from qeval.record.store import Record
 
 
 def _recs(scores: list[int], prefix: str = "", long: bool = False) -> list[Record]:

@@ -4,7 +4,7 @@ import pytest
 
 from qeval.config import load_policy
 from qeval.errors import ConfigError
-from qeval.record import Comparison, RunRecord
+from qeval.record.run import Comparison, RunRecord
 from qeval.report.junit import render as junit
 from qeval.verdict.gates import evaluate, overall_verdict, variant_verdict
 from qeval.verdict.policy import GatePolicy, GateRule
@@ -101,7 +101,7 @@ def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlate
     INCONCLUSIVE) counts groups only with an assumed planning_icc, so it stays fixed before the run."""
     import numpy as np
 
-    from qeval.metrics import continuous
+    from qeval.record.metrics import continuous
     from qeval.stats import clustered, design_effect, mde
     from qeval.verdict.comparison import compare_metric
     from qeval.verdict.pairing import Paired

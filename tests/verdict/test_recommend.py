@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from qeval.record import GateResult, RunRecord, VariantResult
+from qeval.record.run import GateResult, RunRecord, VariantResult
 from qeval.verdict.recommend import Candidate, Failure, candidates, for_record, recommend, shortfall
 
 MIB = 2**20

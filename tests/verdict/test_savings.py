@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from qeval.record import GateResult, RunRecord, SuiteSummary, VariantResult
+from qeval.record.run import GateResult, RunRecord, SuiteSummary, VariantResult
 from qeval.verdict.savings import savings, short_method, stopped_at
 
 GSD = "gsd (O'Brien-Fleming spending, 4 looks, futility 0.05)"

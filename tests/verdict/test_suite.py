@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qeval.metrics import UNDECLARED, continuous, indicator
+from qeval.record.metrics import UNDECLARED, continuous, indicator
 from qeval.verdict.comparison import compare_metric
 from qeval.verdict.pairing import Paired
 from qeval.verdict.policy import GatePolicy, GateRule, SequentialSpec

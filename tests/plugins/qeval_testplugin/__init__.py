@@ -13,8 +13,8 @@ from pydantic import Field
 from qeval.engines import Endpoint, EngineBase, EngineMemory
 from qeval.engines.spec import ServedEngineSpec
 from qeval.hashing import stable_hash
-from qeval.metrics import indicator
-from qeval.store import Record
+from qeval.record.metrics import indicator
+from qeval.record.store import Record
 from qeval.suites.base import ItemSuite, Part, run_items
 from qeval.suites.scorers import ScorerSpec
 from qeval.suites.spec import SuiteRef

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import QevalError
+from ..errors import QevalError
 
 if TYPE_CHECKING:
     import numpy as np

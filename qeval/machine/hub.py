@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConfigError, QevalError
+from ..errors import ConfigError, QevalError
 
 
 def check_repo_id(repo_id: str) -> str:

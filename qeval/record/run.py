@@ -9,12 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict
 
-from .errors import ConfigError
-from .record_models import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
-from .record_models import RecordModel as _Model
+from ..errors import ConfigError
+from .measurements import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
+from .measurements import RecordModel as _Model
 
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
-# and distributions as typed models (record_models.py) whose JSON is what the dicts before them wrote
+# and distributions as typed models (record/measurements.py) whose JSON is what the dicts before them wrote
 SCHEMA_VERSION = 3
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
@@ -168,7 +168,7 @@ class Comparison(_Model):
     t_ci_low: float
     t_ci_high: float
     n_groups: int | None = None  # items carried a `group`: the interval is cluster-robust
-    binary: bool  # declared by the metric's definition (qeval/metrics.py), not read off the scores
+    binary: bool  # declared by the metric's definition (qeval/record/metrics.py), not read off the scores
     higher_is_better: bool | None = None  # likewise; None where nothing declared it (a rule's direction must)
     flips_base_only: int | None = None
     flips_variant_only: int | None = None
