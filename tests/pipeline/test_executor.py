@@ -10,7 +10,8 @@ import pytest
 from qeval.config import load_config
 from qeval.errors import ConfigError
 from qeval.executors.spec import LocalExecutorSpec
-from qeval.pipeline.executor import LocalExecutor, make_executor
+from qeval.executors.base import make_executor
+from qeval.executors.local import LocalExecutor
 from tests.conftest import campaign_file
 
 
