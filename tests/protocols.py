@@ -21,6 +21,8 @@ def members(protocol: type) -> dict[str, Any]:
         for name, annotation in vars(klass).get("__annotations__", {}).items():
             out[name] = annotation
         for name, value in vars(klass).items():
+            if name == "__init__" and getattr(value, "__module__", None) == "typing":
+                continue  # what typing gives a protocol that states no __init__ of its own
             if (not name.startswith("_") or name in DUNDERS) and (inspect.isfunction(value) or
                                                                    isinstance(value, (staticmethod, property))):
                 out[name] = value

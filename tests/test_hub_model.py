@@ -116,7 +116,7 @@ def test_the_embedded_model_as_a_hub_snapshot_validates_through_the_cli_and_keep
 
 
 def test_a_ray_node_finds_the_snapshot_at_the_same_commit_in_its_own_hub_cache(tmp_path, offline_cache):
-    from qeval.pipeline.stream import base_on_node
+    from qeval.pipeline.worker import base_on_node
 
     driver_hub = tmp_path / "driver-hub"
     driver_snap = add_snapshot(driver_hub, REPO, _tiny(tmp_path / "m", b"\x01"), COMMIT)

@@ -14,8 +14,8 @@ import pytest
 from qeval.config import EngineSpec, GridEngineSpec, GridSpec, ProbeSpec, VariantSpec
 from qeval.engines import build_engine
 from qeval.engines.fake import write_checkpoint
+from qeval.executors.outcome import VariantOutcome
 from qeval.pipeline.judge import load_probe
-from qeval.pipeline.variant import VariantOutcome
 from qeval.probe.client import RequestResult, StepRun
 from qeval.probe.grid import GridRow, assemble, best_cell, cell_probe
 from qeval.probe.grid_run import load_rows, run_row, save_row, serve_row

@@ -1,4 +1,8 @@
-"""Where a campaign's variants run: each executor kind's settings (spec.py), read by the campaign file.
+"""Where a campaign's variants run. Each executor only places: where a unit of work runs, how often it is tried
+again, and the run's time budget (base.py). The pipeline hands it the work (base.Work); what a unit sends back
+is one message stream, merged the same way by every executor (stream.py).
 
-The executors themselves (placement, retries, a budget) live with the pipeline they drive; this room holds
-only what the campaign file validates, so config.py never imports the pipeline."""
+spec.py: each kind's settings and the registry, read by the campaign file; base.py: the contract, the
+budget; outcome.py: what a variant's run found; stream.py: the messages, both sides; local.py, ray.py: the
+built-ins; leases.py: a latency probe's device held alone where variants share it. Nothing here imports the
+pipeline."""

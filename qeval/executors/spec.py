@@ -11,7 +11,7 @@ from ..validation import Kinded
 
 # the built-ins by module name: imported only when a campaign names their kind (Ray's is an optional dependency)
 EXECUTORS = Registry("executor", entry_point_group="qeval.executors",
-                     modules={"local": "qeval.pipeline.executor", "ray": "qeval.pipeline.ray_exec"})
+                     modules={"local": "qeval.executors.local", "ray": "qeval.executors.ray"})
 
 
 class ExecutorSpec(Kinded):

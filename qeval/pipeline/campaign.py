@@ -18,6 +18,8 @@ from typing import Iterator, Sequence
 
 from ..config import CampaignConfig, EngineSpec, VariantSpec
 from ..errors import ConfigError
+from ..executors.base import make_executor
+from ..executors.outcome import VariantOutcome
 from ..machine.hardware import DtypeChoice
 from ..progress import PlainReporter, Reporter
 from ..record.run import Measured, RunRecord, VariantResult, prior_run
@@ -25,14 +27,14 @@ from ..settings import Settings
 from ..record.store import ResultsStore
 from ..suites.preflight import lmeval_data_check
 from .environment import environment
-from .executor import make_executor
 from .judge import Judgement, judge, load_probe, summarize
 from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans,
                    with_doc_counts)
 from .publish import publish
 from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached, with_earlier
 from .sink import StoreSink
-from .variant import VariantOutcome, grid_rows
+from .variant import grid_rows
+from .worker import WORK
 
 
 @dataclass
@@ -204,7 +206,7 @@ class Campaign:
             # the variants whose gates look while they run pair with the baseline's records: the sink hands them
             looks = todo[0] if todo and todo[0].role == "baseline" and any(p.gates is not None for p in todo[1:]) else None
             with StoreSink(store, begun, shared, baseline=looks) as sink:
-                for out in executor.run(todo, self.run_dir, sink, self.reporter):
+                for out in executor.run(todo, WORK, self.run_dir, sink, self.reporter):
                     sink.settled(out)
                     if out.status == "ok":
                         keys[out.name] = out.key

@@ -4,16 +4,17 @@ what it reads back: the baseline's records that its sequential gates pair with.
 A run never writes the store or the run record itself: the driver owns both, so that several runs at
 once (processes, machines) can report through one writer. The driver's sink also knows when the baseline's
 records are all stored, and hands them to each variant whose gates look while it runs: an executor only
-carries them where the variant runs.
+carries them where the variant runs. StoreSink is what the executors' DriverSink asks for (executors/base.py).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Union, runtime_checkable
 
+from ..executors.stream import Stored
 from ..record.store import Record, ResultsStore
 
 if TYPE_CHECKING:
@@ -35,23 +36,6 @@ class Reference:
 
 # the baseline's records still to come: called once, when a variant first needs them (None: the baseline failed)
 Pending = Callable[[], "Reference | None"]
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What the driver's store holds of one variant: per (variant key, suite key), the item ids, and the
-    keys whose suite is complete. A unit of work that runs elsewhere resumes from it."""
-
-    done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    complete: frozenset[tuple[str, str]] = frozenset()
-    # the records themselves, for a variant whose run gates as it goes (sequential gates read scores)
-    records: dict[tuple[str, str], tuple[Record, ...]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, store: ResultsStore, variant: str, with_records: bool = False) -> "Stored":
-        done, complete = store.progress(variant)
-        records = {k: tuple(store.records(*k)) for k in done} if with_records else {}
-        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete), records)
 
 
 @runtime_checkable
@@ -79,33 +63,8 @@ class RecordSink(Protocol):
         ...
 
 
-class StoredSink(RecordSink, Protocol):
-    """A sink that can also say what it holds of a variant: what a unit of work run elsewhere starts from."""
-
-    def stored(self, variant: str, with_records: bool = False) -> Stored: ...
-
-
-class DriverSink(StoredSink, Protocol):
-    """The driver's sink, the one an executor is given: it also learns how each variant ended, and hands the
-    baseline's records to the variants whose gates look while they run."""
-
-    def settled(self, outcome: object) -> None:
-        """A variant's run ended (its VariantOutcome)."""
-        ...
-
-    def reference_for(self, plan: "VariantPlan") -> "Reference | Pending | None":
-        """What the plan's looks pair with: the baseline's records, a callable that waits for them, or None
-        (the plan looks at nothing)."""
-        ...
-
-    def on_reference(self, give: Callable[["Reference | None"], None]) -> None:
-        """Call `give` once the baseline's records are known (at once if they are): how an executor sends
-        them where its variants run."""
-        ...
-
-
 class StoreSink:
-    """The local sink: straight into the campaign's store, each whole suite also into the machine's shared
+    """The driver's sink: straight into the campaign's store, each whole suite also into the machine's shared
     store (`shared`), which later campaigns read; `on_begin` tells the driver (it marks the record).
     `baseline`: the plan whose records the variants' sequential gates pair with (None: no gate looks)."""
 

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 from ..engines import Engine, build_engine
 from ..engines.process import INTERRUPT_GRACE_S
 from ..engines.spec import kv_cache_dtype
+from ..executors.leases import Guard, unguarded
+from ..executors.outcome import VariantOutcome
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import key_hash, tree_hash
 from ..progress import Reporter
@@ -25,29 +27,10 @@ from ..quantize import QUANTIZERS, quantizer_for
 from ..quantize.base import DEFAULT_QUANTIZER
 from ..quantize.describe import describe_checkpoint
 from ..record.store import Record
-from .leases import Guard, unguarded
 from ..suites.base import Part
 from .monitor import Monitor
 from .plan import UNQUANTIZED, VariantPlan, variant_key
 from .sink import Pending, RecordSink, Reference
-
-
-@dataclass(frozen=True)
-class VariantOutcome:
-    """What one variant's run found: what it measured (the record's VariantResult is built from it), and what
-    only the run knows. Paths are relative to its workspace, except the checkpoint (the machine's)."""
-
-    name: str
-    status: str  # "ok" | "error" | "skipped" | "partial" (begun, not finished: the notice to the sink)
-    error: str | None = None
-    measured: Measured = Measured()
-    evaluated: bool = False  # False: the store held everything, nothing was served
-    probe_path: str | None = None  # the stored latency probe, where there is one
-    grid: dict[str, Any] | None = None  # the assembled grid (probe/grid.py assemble), where there is one
-
-    @property
-    def key(self) -> str:
-        return self.measured.key
 
 
 def _weights_bytes(ckpt: Path | None) -> int | None:

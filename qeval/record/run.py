@@ -42,7 +42,7 @@ SERVED = Served()
 
 class Measured(_Model):
     """What one variant's run measured: the checkpoint, what made it, how it was served and what that took.
-    The run's outcome carries it (pipeline/variant.py VariantOutcome) and VariantResult is built from it,
+    The run's outcome carries it (executors/outcome.py VariantOutcome) and VariantResult is built from it,
     so a fact is declared here once. Frozen: an outcome travels from a worker to the driver as it was found."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

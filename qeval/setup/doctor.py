@@ -265,7 +265,7 @@ def mlflow_uri(environ: Mapping[str, str], cfg: Any = None) -> str:
 def ray_cluster(environ: Mapping[str, str], address: str | None = None) -> tuple[bool | None, str]:
     """(reachable, what): True / False after a TCP connect to the head's port (Ray is not imported), None where
     no cluster is named."""
-    from ..pipeline.ray_exec import reachable
+    from ..executors.ray import reachable
 
     target = environ.get("RAY_ADDRESS", "") if address in (None, "auto") else address
     source = "RAY_ADDRESS" if address in (None, "auto") else "the campaign's executor.address"

@@ -196,7 +196,8 @@ def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
 
     from qeval.config import EngineSpec
     from qeval.pipeline.plan import variant_key
-    from qeval.pipeline.ray_exec import RayExecutor, RayExecutorSpec
+    from qeval.executors.ray import RayExecutor, RayExecutorSpec
+    from qeval.pipeline.worker import WORK
 
     cfg = _cfg(tmp_path, tensor_parallel_size=4)
     w4, settings = cfg.variants[1], Settings(cache=tmp_path)
@@ -220,11 +221,11 @@ def test_tensor_parallel_reaches_vllm_and_the_key_and_the_ray_demand(tmp_path):
     # quantized in a task of its own on quantize_gpus (one) of the four it serves on; not when nothing is made,
     # nor when quantize_gpus asks as many as serving does
     serve = whole.demand(plan(spec))
-    assert whole.make_demand(plan(spec), serve).as_dict() == {"CPU": 2, "GPU": 1, "gpu_box": 1}
-    assert whole.make_demand(plan(spec, method="bf16"), serve) is None
-    assert RayExecutor(RayExecutorSpec(quantize_gpus=4)).make_demand(plan(spec), serve) is None
-    assert RayExecutor(RayExecutorSpec(quantize_gpus=2)).make_demand(plan(spec), serve).num_gpus == 2
-    assert whole.make_demand(plan(one), whole.demand(plan(one))) is None  # one GPU: made where it is served
+    assert whole.make_demand(plan(spec), serve, WORK).as_dict() == {"CPU": 2, "GPU": 1, "gpu_box": 1}
+    assert whole.make_demand(plan(spec, method="bf16"), serve, WORK) is None
+    assert RayExecutor(RayExecutorSpec(quantize_gpus=4)).make_demand(plan(spec), serve, WORK) is None
+    assert RayExecutor(RayExecutorSpec(quantize_gpus=2)).make_demand(plan(spec), serve, WORK).num_gpus == 2
+    assert whole.make_demand(plan(one), whole.demand(plan(one)), WORK) is None  # one GPU: made where it is served
     packed = RayExecutor(RayExecutorSpec(gpu_fraction=0.25))
     small = EngineSpec.model_validate({"device": "gpu", "gpu_memory_utilization": 0.2})
     assert packed.demand(plan(small)).num_gpus == 0.25

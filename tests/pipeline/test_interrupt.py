@@ -207,7 +207,7 @@ def own_handler():
 
 
 def _check(fake: _FakeRay, monkeypatch) -> None:
-    from qeval.pipeline.ray_exec import RayExecutor, RayExecutorSpec
+    from qeval.executors.ray import RayExecutor, RayExecutorSpec
 
     monkeypatch.setitem(sys.modules, "ray", fake)
     RayExecutor(RayExecutorSpec(address="local")).check([])
@@ -238,7 +238,7 @@ def test_an_interrupted_ray_run_cancels_each_task_by_force_and_waits_for_its_end
     import queue
     import threading
 
-    from qeval.pipeline.ray_exec import CANCEL_WAIT_S, _cancel
+    from qeval.executors.ray import CANCEL_WAIT_S, _cancel
 
     ended: queue.Queue = queue.Queue()
     cancelled = []

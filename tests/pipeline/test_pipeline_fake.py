@@ -20,10 +20,11 @@ from qeval.config import load_config
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
 from qeval.pipeline import campaign
 from qeval.pipeline.campaign import Campaign
-from qeval.pipeline.executor import LocalExecutor
+from qeval.executors.local import LocalExecutor
+from qeval.executors.outcome import VariantOutcome
 from qeval.pipeline.plan import plan
 from qeval.pipeline.sink import StoreSink
-from qeval.pipeline.variant import VariantOutcome
+from qeval.pipeline.worker import WORK
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.record.store import ResultsStore
@@ -157,7 +158,7 @@ def test_outcomes_come_in_plan_order_and_plans_and_outcomes_travel(tmp_path):
     assert plans[1].suites.suites[0].scorers[0]("it is fact-3", "fact-3") == 1.0  # scorers rebuilt where it lands
     begun = []
     with ResultsStore(tmp_path / "s.sqlite") as store, StoreSink(store, begun.append) as sink:
-        outs = list(LocalExecutor().run(plans, tmp_path / "ws", sink, PlainReporter(lambda s: None)))
+        outs = list(LocalExecutor().run(plans, WORK, tmp_path / "ws", sink, PlainReporter(lambda s: None)))
         assert [o.name for o in outs] == [b.name for b in begun] == ["base", "w3", "same"]
         assert all(b.status == "partial" for b in begun) and all(o.status == "ok" for o in outs)
         out = pickle.loads(pickle.dumps(outs[1]))

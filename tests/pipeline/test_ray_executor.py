@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from qeval.engines.fake import FakeEngineSpec, write_checkpoint
-from qeval.pipeline.leases import overlaps
+from qeval.executors.leases import overlaps
 from tests.conftest import kill_tree, sees
 from tests.ray_cluster import QUIET, Cluster, free_port
 from tests.pipeline.test_pipeline_fake import N, _campaign, _records, _rows, _suites, _verdicts

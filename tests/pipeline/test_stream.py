@@ -1,6 +1,6 @@
 """What a variant run elsewhere sends, without Ray: its message stream, replayed into a store, is the local
 run's store; a stream cut part way and run again from what was merged ends the same. The lease book
-(leases.py): a probe never overlaps other work on its device, a waiting probe goes before new work."""
+(executors/leases.py): a probe never overlaps other work on its device, a waiting probe goes before new work."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pickle
 import time
 
 from qeval.config import load_config
+from qeval.executors.leases import LeaseBook, overlaps
+from qeval.executors.local import LocalExecutor
+from qeval.executors.stream import Begin, Complete, Done, Put, Stored, streamed
 from qeval.pipeline.campaign import Campaign
-from qeval.pipeline.executor import LocalExecutor
-from qeval.pipeline.leases import LeaseBook, overlaps
 from qeval.pipeline.plan import plan
-from qeval.pipeline.stream import Begin, Complete, Done, Put, variant_stream
-from qeval.pipeline.sink import Stored
 from qeval.pipeline.sink import StoreSink
+from qeval.pipeline.worker import WORK
 from qeval.progress import PlainReporter
 from qeval.settings import Settings
 from qeval.record.store import ResultsStore
@@ -28,6 +28,11 @@ def _plans(tmp_path):
     config = _campaign(tmp_path)
     cfg, settings = load_config(config), Settings(cache=tmp_path / "cache", share_records=False)
     return Campaign(cfg, settings, config_file=str(config)).plans(plan(cfg, settings, str(config))), settings
+
+
+def variant_stream(p, stored: Stored, files: dict, settings: Settings):
+    """The variant's unit on a node, as a remote executor's task streams it."""
+    return streamed(lambda emit: WORK.on_node(p, stored, files, emit, settings=settings), p.name)
 
 
 def _rows(store: ResultsStore) -> list[tuple]:
@@ -51,7 +56,7 @@ def _replay(msgs, store: ResultsStore) -> Done | None:
 def test_the_stream_replayed_is_the_local_store_and_a_cut_stream_resumes(tmp_path):
     plans, settings = _plans(tmp_path)
     with ResultsStore(tmp_path / "local.sqlite") as local, StoreSink(local) as sink:
-        outs = list(LocalExecutor().run(plans, tmp_path / "ws-local", sink, QUIET))
+        outs = list(LocalExecutor().run(plans, WORK, tmp_path / "ws-local", sink, QUIET))
     with ResultsStore(tmp_path / "remote.sqlite") as remote:
         for p in plans:
             msgs = list(variant_stream(p, Stored(), {}, settings=settings))
@@ -65,7 +70,7 @@ def test_the_stream_replayed_is_the_local_store_and_a_cut_stream_resumes(tmp_pat
 
     # cut after the first half of the first suite's records arrived; run again from what was merged
     with ResultsStore(tmp_path / "cut.sqlite") as cut:
-        stream = variant_stream(plans[1], Stored(), {}, settings=settings)
+        stream = variant_stream(plans[1], Stored(), {}, settings)
         got = 0
         for m in stream:
             if isinstance(m, Put):
@@ -73,7 +78,7 @@ def test_the_stream_replayed_is_the_local_store_and_a_cut_stream_resumes(tmp_pat
                 got += len(m.records)
                 if got >= N // 2:
                     break
-        stream.close()  # the generator's end: its workspace goes, the engine has stopped
+        stream.close()  # the stream's end, as the driver sees a lost worker's
         stored = Stored.of(cut, "w3")
         assert sum(len(v) for v in stored.done.values()) == got and not stored.complete
         again = list(variant_stream(plans[1], stored, {}, settings=settings))
@@ -125,7 +130,7 @@ def test_a_lost_holders_leases_are_given_back():
 
 def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_sent(tmp_path):
     """Sequential gates read scores: a variant's task resubmitted after a lost worker gets the merged records."""
-    from qeval.pipeline.stream import StreamSink
+    from qeval.executors.stream import StreamSink
     from qeval.record.store import Record
 
     with ResultsStore(tmp_path / "s.sqlite") as store:
@@ -141,11 +146,11 @@ def test_a_snapshot_with_records_lets_a_retry_look_at_what_an_earlier_attempt_se
 def test_logs_reach_the_driver_at_each_step_so_a_cut_task_keeps_them(tmp_path):
     """A task cut part way sends no Done: the logs of the steps it finished came before, each step's changed
     logs once (the engine's log of the start, again once the suites have added to it)."""
-    from qeval.pipeline.stream import Files, Stage
+    from qeval.executors.stream import Files, Stage
 
     plans, settings = _plans(tmp_path)
     msgs = []
-    stream = variant_stream(plans[1], Stored(), {}, settings=settings)
+    stream = variant_stream(plans[1], Stored(), {}, settings)
     for m in stream:
         msgs.append(m)
         if isinstance(m, Stage) and "suite" not in m.text and len([x for x in msgs if isinstance(x, Stage)]) > 2:
@@ -168,7 +173,7 @@ def test_a_node_sweeps_the_workspaces_its_killed_tasks_left_and_no_other(tmp_pat
     import subprocess
     import sys
 
-    from qeval.pipeline.stream import node_workspace
+    from qeval.executors.stream import node_workspace
 
     settings = Settings.from_env({"QEVAL_CACHE": str(tmp_path / "cache")})
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,

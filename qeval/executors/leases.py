@@ -5,8 +5,8 @@ score does not depend on who else computes. A latency figure does, so the probe 
 take an exclusive lease on the devices their variant runs on: it waits until the quality work there has
 let go, and no new quality work starts there until it is done (a waiting probe goes first, so probes are
 never starved). Ray has no reader-writer lock across tasks; this small one is ours. The book is kept
-by one actor of the driver (ray_exec.py); every lease taken and given back stays in its history, which
-the driver writes next to the run record as the evidence that no probe overlapped other work.
+by one actor of the driver (the `ray` executor, ray.py); every lease taken and given back stays in its
+history, which the driver writes next to the run record as the evidence that no probe overlapped other work.
 """
 
 from __future__ import annotations

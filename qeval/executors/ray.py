@@ -2,17 +2,16 @@
 
 Placement, node loss and GPU isolation are Ray's; qeval writes no scheduler. Each task asks what its
 variant needs (CPUs, `tensor_parallel_size` GPUs on one node or a fraction of one, custom resources),
-runs `run_variant` on its node with that node's own cache and workspace, and streams its records back
-(stream.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of its
-own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the store
-and run.json, merges them as they arrive. A task whose worker or node is lost is run again (bounded) from
-what was merged: nothing lost, nothing twice.
+runs the pipeline's Work on its node with that node's own cache and workspace, and streams its messages
+back (stream.py). A variant served on several GPUs whose checkpoint is quantized first makes it in a task of
+its own on one GPU, and is then served where it was made (make_task). This driver, the only writer of the
+store and run.json, merges each message as it arrives (stream.Merge, as every executor does). A task whose
+worker or node is lost is run again (bounded) from what was merged: nothing lost, nothing twice.
 No shared filesystem is assumed: probe, grid and log files travel with the stream.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import signal
@@ -27,14 +26,13 @@ from pydantic import Field
 
 from ..engines.process import INTERRUPT_GRACE_S, is_alive, signals_held
 from ..errors import ConfigError, MissingEnvError, QevalError
-from ..executors.spec import EXECUTORS, ExecutorSpec
-from .executor import Budget, not_evaluated
+from .base import Budget, DriverSink, Unit, Work, not_evaluated
+from .outcome import VariantOutcome
+from .spec import EXECUTORS, ExecutorSpec
+from .stream import Done, Made, Merge, shipped_files, streamed
 
 if TYPE_CHECKING:
     from ..progress import Reporter
-    from .plan import VariantPlan
-    from .sink import DriverSink
-    from .variant import VariantOutcome
 
 TO_DRIVER = ("probe", "grid")  # the driver's files a worker reads to skip what is done (never its logs)
 # after a force cancel, how long the driver waits to see each task's stream end (its worker gone)
@@ -111,13 +109,10 @@ def _here(ray, gpus: float, needs: str) -> tuple[Placed, list[str], str | None]:
     return placed, [f"{me}/gpu{g}" for g in seen] or [f"{me}/cpu"], wrong
 
 
-def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: float, book, holder: str,
-                 reference=None) -> Iterator[Any]:
-    """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream, each
-    stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
-    from .stream import Done, variant_stream
-    from .variant import VariantOutcome
-
+def variant_task(work: Work, plan: Unit, stored, files: dict[str, bytes], gpus: float, book, holder: str,
+                 reference=None, made: dict | None = None) -> Iterator[Any]:
+    """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream (Work.on_node),
+    each stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
     ray = _ray()
     placed, keys, wrong = _here(ray, gpus, "the engine needs (tensor_parallel_size)")
     yield placed
@@ -126,20 +121,20 @@ def variant_task(plan: "VariantPlan", stored, files: dict[str, bytes], gpus: flo
         return
     # the baseline's records come from the driver's box once its suites are done: waited for at the first suite
     pending = (lambda: ray.get(reference.get.remote())) if reference is not None else None
-    yield from variant_stream(plan, stored, files, guard=_guard(ray, book, keys, holder), reference=pending)
+    guard = _guard(ray, book, keys, holder)
+    yield from streamed(lambda emit: work.on_node(plan, stored, files, emit, guard, pending, made), plan.name)
 
 
-def make_task(plan: "VariantPlan", gpus: float, book, holder: str) -> Iterator[Any]:
-    """The make-only task's body (remote.make_stream), on a node able to serve the variant after it."""
-    from .stream import Made, make_stream
-
+def make_task(work: Work, plan: Unit, gpus: float, book, holder: str) -> Iterator[Any]:
+    """The make-only task's body (Work.make), on a node able to serve the variant after it."""
     ray = _ray()
     placed, keys, wrong = _here(ray, gpus, "its quantizer needs")
     yield placed
     if wrong:
-        yield Made({}, wrong)
+        yield Done(VariantOutcome(name=plan.name, status="error", error=wrong), {})
         return
-    yield from make_stream(plan, guard=_guard(ray, book, keys, holder))
+    guard = _guard(ray, book, keys, holder)
+    yield from streamed(lambda emit: work.make(plan, emit, guard), plan.name)
 
 
 class ReferenceBox:
@@ -249,7 +244,7 @@ class RayExecutor:
         self._before: set[int] = set()  # this process's descendants before it started a cluster of its own
 
     # -- what each variant asks -------------------------------------------------------------
-    def demand(self, plan: "VariantPlan") -> Demand:
+    def demand(self, plan: Unit) -> Demand:
         s, e = self.spec, plan.engine
         gpu = getattr(e, "device", "cpu") == "gpu" and not plan.external
         tp = getattr(e, "tensor_parallel_size", 1)
@@ -265,12 +260,10 @@ class RayExecutor:
         gpus = (s.gpu_fraction or tp) if gpu else 0
         return Demand(s.num_cpus, gpus, dict(s.resources))
 
-    def make_demand(self, plan: "VariantPlan", serve: Demand) -> Demand | None:
+    def make_demand(self, plan: Unit, serve: Demand, work: Work) -> Demand | None:
         """What making the variant's checkpoint asks, where it is less than serving it: `quantize_gpus` (one) of
         a tensor-parallel variant's several; None: made in the serving task."""
-        from .variant import made_here
-
-        if serve.num_gpus <= self.spec.quantize_gpus or not made_here(plan):
+        if serve.num_gpus <= self.spec.quantize_gpus or not work.made_apart(plan):
             return None
         return Demand(serve.num_cpus, self.spec.quantize_gpus, serve.resources)
 
@@ -281,12 +274,13 @@ class RayExecutor:
         return [n["NodeID"] for n in ray.nodes()
                 if n.get("Alive") and all(n["Resources"].get(k, 0) >= v for k, v in need.items())]
 
-    def _makes(self, ray, plans: Sequence["VariantPlan"], demands: dict[str, Demand]) -> dict[str, tuple[Demand, dict]]:
+    def _makes(self, ray, plans: Sequence[Unit], demands: dict[str, Demand],
+               work: Work) -> dict[str, tuple[Demand, dict]]:
         """Per variant made in a task of its own: its demand and the Ray options that keep it on a node that can
         serve the variant afterwards (a label selector on node ids, where some node could make but not serve)."""
         out = {}
         for p in plans:
-            if (md := self.make_demand(p, demands[p.name])) is None:
+            if (md := self.make_demand(p, demands[p.name], work)) is None:
                 continue
             serve, make = self._holders(ray, demands[p.name]), self._holders(ray, md)
             opts = {} if set(make) <= set(serve) else {"label_selector": {"ray.io/node-id": f"in({','.join(serve)})"}}
@@ -305,7 +299,7 @@ class RayExecutor:
                                   f"(nodes: {have})", where="executor")
 
     # -- the cluster --------------------------------------------------------------------------
-    def check(self, plans: Sequence["VariantPlan"]) -> dict[str, Demand]:
+    def check(self, plans: Sequence[Unit]) -> dict[str, Demand]:
         """Before anything is written: each variant's demand valid, the cluster reached, some node able to hold
         it. Returns the demands."""
         demands = {p.name: self.demand(p) for p in plans}
@@ -361,47 +355,44 @@ class RayExecutor:
             raise
 
     # -- the run ---------------------------------------------------------------------------------
-    def run(self, plans: Sequence["VariantPlan"], workspace: Path, sink: "DriverSink",
-            reporter: "Reporter") -> Iterator["VariantOutcome"]:
+    def run(self, plans: Sequence[Unit], work: Work, workspace: Path, sink: DriverSink,
+            reporter: "Reporter") -> Iterator[VariantOutcome]:
         try:
             demands = self.check(plans)
-            yield from self._dispatch(self._ray, plans, demands, workspace, sink, reporter)
+            yield from self._dispatch(self._ray, plans, work, demands, workspace, sink, reporter)
         finally:
             self._let_go()
 
-    def _dispatch(self, ray, plans, demands, workspace: Path, sink, reporter) -> Iterator["VariantOutcome"]:
+    def _dispatch(self, ray, plans, work: Work, demands, workspace: Path, sink: DriverSink,
+                  reporter) -> Iterator[VariantOutcome]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .leases import LeaseBook
 
         task = ray.remote(variant_task)
-        makes = self._makes(ray, plans, demands)
+        makes = self._makes(ray, plans, demands, work)
 
         # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         book = ray.remote(num_cpus=0)(LeaseBook).options(scheduling_strategy=here).remote()
         # gates that look while a variant runs pair with the baseline's records: they go through this box
-        looks = any(p.gates is not None for p in plans[1:])
+        looks = any(sink.reference_for(p) is not None for p in plans)
         box = ray.remote(num_cpus=0)(ReferenceBox).options(scheduling_strategy=here).remote() if looks else None
         if box is not None:  # the driver's sink says when the baseline's records are stored; the box carries them
             sink.on_reference(lambda reference: box.set.remote(reference))
         try:
-            yield from self._follow(ray, task, book, box, plans, demands, makes, workspace, sink, reporter)
+            yield from self._follow(ray, task, work, book, box, plans, demands, makes, workspace, sink, reporter)
         finally:
             _write_leases(workspace, ray.get(book.history.remote()))
             ray.kill(book)
             if box is not None:
                 ray.kill(box)
 
-    def _follow(self, ray, task, book, box, plans, demands, makes, workspace: Path, sink,
-                reporter) -> Iterator["VariantOutcome"]:
+    def _follow(self, ray, task, work: Work, book, box, plans, demands, makes, workspace: Path, sink: DriverSink,
+                reporter) -> Iterator[VariantOutcome]:
         """Place every unit, try again what lost its worker, and hand each message of their streams to the
         stream's merge (stream.Merge): what is Ray's here is placement, retries and the budget."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from ..record.run import Measured
-        from .stream import Made, Merge, shipped_files
-        from .variant import VariantOutcome
 
         q: queue.Queue = queue.Queue()
         merge = Merge(sink, reporter, workspace)
@@ -414,14 +405,14 @@ class RayExecutor:
         made: dict[str, tuple[str, dict]] = {}  # variant -> the node its make task ran on, what making recorded
         make_task_ = ray.remote(make_task)
 
-        def submit(p: "VariantPlan") -> None:
+        def submit(p: Unit) -> None:
             attempt[p.name] = attempt.get(p.name, 0) + 1
             holder = f"{p.name}#{attempt[p.name]}"
             if p.name in makes and p.name not in made:  # its checkpoint first, on quantize_gpus, not all it serves on
                 d, opts = makes[p.name]
                 gen = make_task_.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                          resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}:make",
-                                         **opts).remote(p, d.num_gpus, book, holder)
+                                         **opts).remote(work, p, d.num_gpus, book, holder)
             else:
                 d = demands[p.name]
                 # where its checkpoint was made, unless that node is gone or cannot hold it (then made again there)
@@ -434,8 +425,8 @@ class RayExecutor:
                 gen = task.options(num_returns="streaming", num_cpus=d.num_cpus, num_gpus=d.num_gpus,
                                    resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}",
                                    **where).remote(
-                    p, sink.stored(p.name, with_records=looks is not None), shipped_files(workspace, TO_DRIVER),
-                    d.num_gpus, book, holder, looks)
+                    work, p, sink.stored(p.name, with_records=looks is not None), shipped_files(workspace, TO_DRIVER),
+                    d.num_gpus, book, holder, looks, made[p.name][1] if p.name in made else None)
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
@@ -461,15 +452,10 @@ class RayExecutor:
                     what = "making its checkpoint" if name in makes and name not in made else "running"
                     again = lost.get(name, 0)
                     reporter.log(f"[{name}] {what} on {msg.node}" + (f" (attempt {again + 1})" if again else ""))
-                elif isinstance(msg, Made):
-                    if msg.error is not None:
-                        left.discard(name)
-                        yield VariantOutcome(name=name, status="error", error=msg.error,
-                                             measured=Measured(**msg.facts))
-                    else:
-                        made[name] = (node[name].node_id, msg.facts)
-                        node.pop(name, None)  # not started until its serving task is placed
-                        submit(by_name[name])
+                elif isinstance(msg, Made):  # its checkpoint made: now served where it was made
+                    made[name] = (node[name].node_id, msg.facts)
+                    node.pop(name, None)  # not started until its serving task is placed
+                    submit(by_name[name])
                 elif msg is None:  # the stream ended without its Done: cannot happen unless the task is cut
                     left.discard(name)
                     yield not_evaluated(name, "its Ray task ended without an outcome", reporter)
@@ -492,16 +478,13 @@ class RayExecutor:
                                             reporter)
                 elif (out := merge(msg, where)) is not None:  # the unit's last message: its outcome
                     left.discard(name)
-                    if name in made and out.measured.quantize_seconds is None:  # made by its own task, found made here
-                        out = dataclasses.replace(out, measured=out.measured.model_copy(
-                            update={"quantize_seconds": made[name][1].get("quantize_seconds")}))
                     yield out
         except BaseException:  # Ctrl-C / SIGTERM, or the campaign gone: no task of this run runs on
             _cancel(ray, {(n, attempt[n]): gens[n] for n in left if n in gens}, q)
             raise
 
     def _over_budget(self, ray, budget: Budget, left, node, gens, by_name, attempt,
-                     reporter) -> Iterator["VariantOutcome"]:
+                     reporter) -> Iterator[VariantOutcome]:
         """Once the budget is spent, variants not yet placed on a node are not started (as the local executor)."""
         if not budget.spent():
             return

@@ -1,16 +1,16 @@
-"""A variant's run where the driver is not: its records and notices become a stream of messages, and the
-driver merges them (Merge) into its sink, its reporter and the run's folder.
+"""A variant's run as a stream of messages, and the driver's side that merges them (Merge) into its sink, its
+reporter and the run's folder. Every executor's units speak it, wherever they run.
 
-What runs on a worker node (a Ray task) is `run_variant` itself, with a sink and a reporter that send
-everything to the driver as it happens: the driver, the only writer of the campaign's store, merges the
-records (content-keyed, INSERT OR IGNORE) as they arrive, so a worker lost mid-variant loses nothing
-that was sent, and its retry starts from what the driver holds (`Stored`, shipped with the task).
-Nothing here imports Ray: the stream is plain Python, and the executor carries it.
+The worker side is a sink and a reporter that turn every write into a message (StreamSink, StreamReporter):
+the unit's code (the pipeline's `run_variant`, handed to the executor as its Work) runs with them and knows
+nothing of where it is. The driver, the only writer of the campaign's store, merges the records
+(content-keyed, INSERT OR IGNORE) as they arrive, so a worker lost mid-variant loses nothing that was sent,
+and its retry starts from what the driver holds (`Stored`, shipped with the task). Nothing here imports Ray
+or the pipeline: the stream is plain Python, and an executor only carries it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import shutil
@@ -19,19 +19,14 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Union
 
 from ..engines.process import pid_alive
-from ..errors import MissingEnvError, QuantizeError
-from ..hashing import in_hub_cache
 from ..settings import Settings
 from ..record.store import Record, ResultsStore
-from .leases import Guard, unguarded
-from .plan import VariantPlan
-from .sink import RecordSink, Stored
-from .variant import VariantOutcome, make_checkpoint, run_variant
+from .outcome import VariantOutcome
 
 if TYPE_CHECKING:
     from ..progress import Reporter
@@ -85,21 +80,60 @@ class Files:
 
 @dataclass(frozen=True)
 class Made:
-    """The end of a make-only unit (make_stream): what making the checkpoint recorded, or why it failed."""
+    """The end of a make-only unit (Work.make) that made the checkpoint: what making it recorded. (One that
+    could not make it ends with Done, its outcome the error.)"""
 
     facts: dict[str, object]
-    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the driver's store holds of one variant: per (variant key, suite key), the item ids, and the
+    keys whose suite is complete. A unit of work that runs elsewhere resumes from it."""
+
+    done: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    complete: frozenset[tuple[str, str]] = frozenset()
+    # the records themselves, for a variant whose run gates as it goes (sequential gates read scores)
+    records: dict[tuple[str, str], tuple[Record, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, store: ResultsStore, variant: str, with_records: bool = False) -> "Stored":
+        done, complete = store.progress(variant)
+        records = {k: tuple(store.records(*k)) for k in done} if with_records else {}
+        return cls({k: frozenset(v) for k, v in done.items()}, frozenset(complete), records)
+
+
+class Reads(Protocol):
+    """What a unit of work reads of its own keys in the driver's sink."""
+
+    def done_ids(self, vkey: str, skey: str) -> set[str]: ...
+
+    def is_complete(self, vkey: str, skey: str) -> bool: ...
+
+    def records(self, vkey: str, skey: str) -> list[Record]: ...
+
+
+class Receiver(Protocol):
+    """What Merge writes into: the driver's sink."""
+
+    def begin(self, started: VariantOutcome) -> None: ...
+
+    def put(self, vkey: str, skey: str, variant: str, suite: str, records: Iterable[Record]) -> None: ...
+
+    def mark_complete(self, vkey: str, skey: str, n_items: int) -> None: ...
 
 
 Message = Union[Log, Stage, Begin, Put, Complete, Files, Done, Made]
+Emit = Callable[[Message], None]  # how a unit sends a message: into a thread's queue, or to Merge itself
 
 
 class Merge:
     """The stream's driver side: each message a unit of work sends, into the driver's sink (the store's one
-    writer), its reporter and the run's folder. Every executor whose units run elsewhere merges through it,
-    so what the stream means is written once, beside what sends it."""
+    writer), its reporter and the run's folder. Every executor merges through it, wherever its units run, so
+    what the stream means is written once, beside what sends it. (Made is the executor's: where a checkpoint
+    was made is where its variant is placed next.)"""
 
-    def __init__(self, sink: "RecordSink", reporter: "Reporter", workspace: Path):
+    def __init__(self, sink: Receiver, reporter: "Reporter", workspace: Path):
         self.sink, self.reporter, self.workspace = sink, reporter, workspace
 
     def __call__(self, msg: Message, where: str = "") -> VariantOutcome | None:
@@ -125,12 +159,16 @@ class Merge:
 
 
 class StreamSink:
-    """RecordSink on a worker: reads its own keys from what the driver held when the task began plus what
-    it has sent since; every write is a message. Whole suites another campaign stored on this node's shared
-    store are sent as records too (the driver's own shared store is read by the driver)."""
+    """The sink a unit of work writes (the pipeline's RecordSink), on the worker's side of the stream: every
+    write is a message. It reads its own keys from `held`: what the driver held when the task began (Stored)
+    plus what it has sent since; or, where the unit runs in the driver's process, the driver's sink itself,
+    which has merged each message before the next is made. Whole suites another campaign stored in this
+    machine's shared store (`shared`) are sent as records too."""
 
-    def __init__(self, stored: Stored, emit: Callable[[Message], None], shared: Path | None = None):
+    def __init__(self, held: "Stored | Reads", emit: Emit, shared: Path | None = None):
         self.emit, self.shared = emit, shared
+        self.live = None if isinstance(held, Stored) else held
+        stored = held if isinstance(held, Stored) else Stored()
         self.done = {k: set(v) for k, v in stored.done.items()}
         self.complete = set(stored.complete)
         # what this task's looks read: the records the driver held when it began (where shipped) and those
@@ -139,12 +177,18 @@ class StreamSink:
             k: {(r.item_id, r.sample): r for r in recs} for k, recs in stored.records.items()}
 
     def done_ids(self, vkey: str, skey: str) -> set[str]:
+        if self.live is not None:
+            return self.live.done_ids(vkey, skey)
         return set(self.done.get((vkey, skey), ()))
 
     def is_complete(self, vkey: str, skey: str) -> bool:
+        if self.live is not None:
+            return self.live.is_complete(vkey, skey)
         return (vkey, skey) in self.complete
 
     def records(self, vkey: str, skey: str) -> list[Record]:
+        if self.live is not None:
+            return self.live.records(vkey, skey)
         return sorted(self.sent.get((vkey, skey), {}).values(), key=lambda r: (r.item_id, r.sample))
 
     def reuse(self, vkey: str, skey: str, variant: str, suite: str) -> int:
@@ -169,15 +213,15 @@ class StreamSink:
         self.complete.add((vkey, skey))
         self.emit(Complete(vkey, skey, n_items))
 
-    def begin(self, started: object) -> None:
-        self.emit(Begin(started))  # type: ignore[arg-type]
+    def begin(self, started: VariantOutcome) -> None:
+        self.emit(Begin(started))
 
 
 class StreamReporter:
     """Reporter on a worker: log lines and the start of each step go to the driver, and at each step's end
     the workspace's logs that changed (a task cut by an interrupt or a lost node sends no Done)."""
 
-    def __init__(self, emit: Callable[[Message], None], workspace: Path | None = None):
+    def __init__(self, emit: Emit, workspace: Path | None = None):
         self.emit, self.workspace = emit, workspace
         self._sent: dict[str, int] = {}  # log -> its size when last sent (shipped_files keeps it)
 
@@ -200,25 +244,6 @@ class StreamReporter:
         finally:  # a step that failed has the log that says why
             self._ship_logs()
         self.emit(Log(f"{description}: done in {time.monotonic() - t0:.0f} s"))
-
-
-def on_node(plan: VariantPlan, settings: Settings) -> VariantPlan:
-    """The plan as this node runs it: its own settings (cache, engine builds, shared store), and the base
-    checkpoint where this node keeps it (base_on_node)."""
-    base = base_on_node(plan.suites.base_checkpoint, plan.settings, settings)
-    return dataclasses.replace(plan, settings=settings, suites=dataclasses.replace(plan.suites, base_checkpoint=base))
-
-
-def base_on_node(base: Path, driver: Settings, node: Settings) -> Path:
-    """Under the node's own models folder where the driver's was under the driver's; a Hugging Face snapshot at
-    the same commit in the node's own hub cache (downloaded there where the hub is reachable); else as it is."""
-    if base.is_relative_to(driver.models):
-        return node.models / base.relative_to(driver.models)
-    if in_hub_cache(base):  # <cache>/models--org--name/snapshots/<commit>
-        from ..machine.hub import snapshot
-
-        return snapshot(base.parent.parent.name.removeprefix("models--").replace("--", "/"), base.name)
-    return base
 
 
 def shipped_files(workspace: Path, tops: tuple[str, ...] = SHIPPED,
@@ -253,9 +278,6 @@ def unpack(files: dict[str, bytes], workspace: Path) -> None:
         tmp.replace(dst)
 
 
-_END = object()
-
-
 def node_workspace(settings: Settings, name: str) -> Path:
     """A fresh folder for one task under the node's cache, named by its host and process. A task killed with
     its worker (a node lost, a driver gone, a cancel) never reaches its clean-up: such folders of this host
@@ -269,9 +291,16 @@ def node_workspace(settings: Settings, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}@{host}.pid{os.getpid()}-", dir=root))
 
 
-def _streamed(work: Callable[[Callable[[Message], None]], Message], name: str) -> Iterator[Message]:
-    """Run `work` in a thread and yield what it emits as it emits it; its return value last. The unit's code
-    calls its sink and reporter from deep inside; the thread lets this generator yield meanwhile."""
+
+
+_END = object()
+
+
+def streamed(work: Callable[[Emit], Message], name: str) -> Iterator[Message]:
+    """Run `work` (a unit that sends each message through the function it is given and returns its last) in
+    a thread, and yield what it sends as it sends it; its last message last: how a unit becomes the generator
+    a remote task streams back. The unit's code calls its sink and reporter from deep inside; the thread lets
+    this generator yield meanwhile."""
     q: queue.Queue = queue.Queue()
     result: dict[str, object] = {}
 
@@ -291,51 +320,3 @@ def _streamed(work: Callable[[Callable[[Message], None]], Message], name: str) -
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     yield result["last"]  # type: ignore[misc]
-
-
-def variant_stream(plan: VariantPlan, stored: Stored, files: dict[str, bytes], settings: Settings | None = None,
-                   workspace: Path | None = None, guard: Guard = unguarded, reference=None) -> Iterator[Message]:
-    """Run one variant on this node and yield what it produces, as it produces it; the last message is
-    Done. `files`: the driver's probe and grid files, so what is done is not redone. The workspace is the
-    node's own (a fresh folder under its cache, unless given: node_workspace) and is removed afterwards."""
-    settings = settings or Settings.from_env()
-    plan = on_node(plan, settings)
-    own = workspace is None
-    ws = node_workspace(settings, plan.name) if own else workspace
-    unpack(files, ws)
-
-    def work(emit: Callable[[Message], None]) -> Message:
-        sink = StreamSink(stored, emit, settings.records if settings.share_records else None)
-        outcome = run_variant(plan, ws, sink, StreamReporter(emit, ws), guard, reference)
-        return Done(outcome, shipped_files(ws))
-
-    try:
-        yield from _streamed(work, plan.name)
-    finally:
-        if own:
-            shutil.rmtree(ws, ignore_errors=True)
-
-
-def make_stream(plan: VariantPlan, settings: Settings | None = None, guard: Guard = unguarded) -> Iterator[Message]:
-    """Only make the variant's checkpoint on this node (quantize it into the node's cache, unless it is there):
-    a unit of its own where making needs less than serving (one GPU of a tensor-parallel variant's several),
-    so the rest are not held idle meanwhile. Its log lines and quantizer log stream as a variant's do; the
-    last message is Made. The serving unit that follows on this node finds the checkpoint made."""
-    settings = settings or Settings.from_env()
-    plan = on_node(plan, settings)
-    ws = node_workspace(settings, plan.name)
-
-    def work(emit: Callable[[Message], None]) -> Message:
-        reporter = StreamReporter(emit, ws)
-        try:
-            with guard("shared"):
-                _, facts = make_checkpoint(plan, ws, reporter)
-        except (QuantizeError, MissingEnvError) as e:
-            reporter.log(f"[{plan.name}] NOT EVALUATED: {e}")
-            return Made({}, str(e))
-        return Made(facts)
-
-    try:
-        yield from _streamed(work, plan.name)
-    finally:
-        shutil.rmtree(ws, ignore_errors=True)
