@@ -18,7 +18,8 @@ from qeval.config import EngineSpec, LmEvalSuiteRef, VariantSpec
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings
 from qeval.record.store import ResultsStore
-from qeval.suites.lmeval import lmeval_argv, materialize_tasks, resolve_tasks, run_lmeval
+from qeval.suites.lmeval import lmeval_argv, run_lmeval
+from qeval.suites.lmeval_tasks import materialize_tasks, resolve_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 

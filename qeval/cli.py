@@ -187,26 +187,26 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
 
 @app.command()
 def validate(config: Path) -> None:
-    """Check a campaign file and the suites it names, and that every lm-eval task's data loads here (offline,
-    in the engine's environment); serves nothing."""
+    """Check a campaign file and the suites it names, and what they need here (every lm-eval task's data loads,
+    offline, in the engine's environment); serves nothing."""
     from .config import load_config
     from .settings import Settings
 
     try:
         cfg = load_config(config)
-        from .pipeline.plan import plan  # after the file is read: its errors do not wait for the suites' libraries
-        from .suites.preflight import lmeval_data_check
+        # after the file is read: its errors do not wait for the suites' libraries
+        from .pipeline.plan import plan, preflight
 
         settings = Settings.from_env()
-        with lmeval_data_check(cfg.suites, settings, str(config), cfg.executor.kind == "local") as check:
-            p = plan(cfg, settings, str(config))  # while lm-eval's tasks are built
-            data = check.result()
+        p = plan(cfg, settings, str(config))
+        with preflight(p, settings, str(config), cfg.executor.kind == "local") as checks:
+            checked = checks.result()
     except QevalError as e:
         _fail(e)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
-    if check.needed:
-        out.print(data.summary())
+    for line in checked.said:
+        out.print(line)
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "

@@ -24,7 +24,7 @@ from qeval.quantize.fake import FakeQuantizer
 from qeval.quantize.llmcompressor import LlmCompressor
 from qeval.settings import Runtime, Settings
 from qeval.suites.custom import load_suite
-from qeval.suites.lmeval import resolve_tasks
+from qeval.suites.lmeval_tasks import resolve_tasks
 from qeval.suites.logprobs import load_logprobs_suite
 from tests.conftest import campaign_file
 
@@ -140,7 +140,7 @@ NOT_KEYS = {
     ("qeval/suites/custom.py", "_doc_hash"),  # an item's identity within its suite (pairs the variants)
     ("qeval/suites/custom.py", "sample_seeds"),  # the seeds of an item's samples
     ("qeval/suites/custom.py", "one"),  # a record's prompt hash
-    ("qeval/suites/preflight.py", "_marker"),  # the worker's text, in the marker's key
+    ("qeval/suites/lmeval_preflight.py", "_marker"),  # the worker's text, in the marker's key
     ("qeval/suites/logprobs.py", "chunk_record"),  # a record's prompt and document hashes
 }
 KEY_MODULES = ("qeval/pipeline", "qeval/quantize", "qeval/record/store.py", "qeval/probe", "qeval/suites",

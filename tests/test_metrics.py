@@ -7,7 +7,7 @@ import pytest
 
 from qeval.config import load_policy
 from qeval.suites.logprobs import LogprobsSuite
-from qeval.suites.lmeval import task_metrics
+from qeval.suites.lmeval_tasks import task_metrics
 from qeval.verdict.comparison import compare_metric
 from qeval.verdict.gates import evaluate, evaluate_performance
 from qeval.verdict.pairing import Paired

@@ -8,7 +8,7 @@ from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import ConfigError, LmEvalSuiteRef, load_config
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings
-from qeval.suites.lmeval import resolve_tasks
+from qeval.suites.lmeval_tasks import resolve_tasks
 from tests.conftest import campaign_file
 
 

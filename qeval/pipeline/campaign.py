@@ -25,11 +25,10 @@ from ..progress import PlainReporter, Reporter
 from ..record.run import Measured, RunRecord, VariantResult, prior_run
 from ..settings import Settings
 from ..record.store import ResultsStore
-from ..suites.preflight import lmeval_data_check
 from .environment import environment
 from .judge import Judgement, judge, load_probe, summarize
-from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, variant_key, variant_plans,
-                   with_doc_counts)
+from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, preflight, variant_key,
+                   variant_plans)
 from .publish import publish
 from .resume import STILL_TO_RESUME, carry_over, describe_partial, earlier_variants, not_reached, with_earlier
 from .sink import StoreSink
@@ -160,16 +159,17 @@ class Campaign:
         With `only`, just those variants (and the baseline) are made and served; each other one keeps what
         an earlier record of this campaign shows where the store still holds it whole (carry_over)."""
         cfg = self.cfg
-        # a task whose data is not here is bad input now, not when lm-eval first runs; checked while planning
-        with lmeval_data_check(cfg.suites, self.settings, self.config_file,
-                               cfg.executor.kind == "local") as data:
-            p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
+        p = plan(cfg, self.settings, self.config_file)  # all input validated before anything starts
+        # what the suites need here (an lm-eval task whose data is not here is bad input now, not when lm-eval
+        # first runs), checked while the variants are planned
+        with preflight(p, self.settings, self.config_file, cfg.executor.kind == "local") as checks:
             plans = self.plans(p)  # a dtype an engine cannot serve is bad input, found before anything starts
-            if data.needed:
-                check = data.result()
-                self.log(check.summary())
-                p = with_doc_counts(p, check.n_docs)  # sequential gates cut a task over the docs it has
-                plans = self.plans(p)
+            checked = checks.result()
+        for line in checked.said:
+            self.log(line)
+        if checked.plan != p:  # e.g. sequential gates cut an lm-eval task over the docs its data has
+            p = checked.plan
+            plans = self.plans(p)
         selected = self._selected(only)
         executor = make_executor(cfg.executor, max_seconds)
         executor.check(plans)  # e.g. a variant no node of the cluster can hold: refused before anything is written

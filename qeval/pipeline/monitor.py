@@ -95,7 +95,8 @@ class Monitor:
         if not base or not cand:
             return [], {}, None
         comparisons, sequential, look = [], {}, None
-        for view in self.plan.suites.suite_of(sk).pair(sk, base, cand).views:
+        # the views alone: a look reads no flips and no per-token figures
+        for view in self.plan.suites.suite_of(sk).views(sk, base, cand):
             comps, seq, seen = judge_view(self.policy, self.plan.seed, self.plan.name, sk, view)
             comparisons, look = comparisons + comps, seen or look
             sequential.update(seq)

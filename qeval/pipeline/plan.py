@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator
 
 from ..config import CampaignConfig, EngineSpec, GridSpec, ProbeSpec, VariantSpec
 from ..engines import serve_dtypes
@@ -20,7 +21,7 @@ from ..hashing import key_hash
 from ..methods import WEIGHT_ONLY
 from ..settings import Settings
 from ..validation import non_defaults
-from ..suites.base import Part, Suite, tally_text
+from ..suites.base import Part, Preflight, Suite, tally_text
 from ..verdict.noise import SUFFIX as NOISE_SUFFIX
 from ..verdict.policy import GatePolicy
 
@@ -270,12 +271,49 @@ def _check_engines(cfg: CampaignConfig, p: Plan, config_file: str, settings: Set
             raise ConfigError(problem[0], file=config_file, where=f"variant {v.name}: {problem[1]}")
 
 
-def with_doc_counts(p: Plan, n_docs: Mapping[str, int]) -> Plan:
-    """The plan with the docs each batched lm-eval task's data has (the pre-flight's count): a task with fewer
-    docs than its limit is cut over the docs it has."""
-    from ..suites.lmeval import counted
+@dataclass(frozen=True)
+class Preflighted:
+    """The plan as the suites' pre-flights found it (an lm-eval task cut over the docs its data has), and what
+    each kind's check says (`qeval validate` prints it, `qeval run` logs it)."""
 
-    return dataclasses.replace(p, suites=counted(p.suites, n_docs))
+    plan: Plan
+    said: tuple[str, ...]
+
+
+class Preflights:
+    """Each suite kind's pre-flight over the plan's suites of that kind (suites/base.py: Suite.preflight), all
+    under way together."""
+
+    def __init__(self, p: Plan, started: list[tuple[list[int], Preflight]]):
+        self.plan, self.started = p, started
+
+    def result(self) -> Preflighted:
+        """Wait for every check, in the campaign file's order of kinds; the first that fails raises."""
+        suites, said = list(self.plan.suites), []
+        for at, check in self.started:
+            found = check.result()
+            for i, s in zip(at, found.suites, strict=True):
+                suites[i] = s
+            if found.summary:
+                said.append(found.summary)
+        return Preflighted(dataclasses.replace(self.plan, suites=tuple(suites)), tuple(said))
+
+
+@contextmanager
+def preflight(p: Plan, settings: Settings, config_file: str = "", runs_here: bool = True) -> Iterator[Preflights]:
+    """Start every suite kind's check of what its suites need on this machine (one per kind, over all its
+    suites); `.result()` waits for them. `runs_here`: the local executor (else each node checks its own). On
+    the way out each check is stopped, whatever happened."""
+    kinds: dict[type, list[int]] = {}
+    for i, s in enumerate(p.suites):
+        kinds.setdefault(type(s), []).append(i)
+    with ExitStack() as stack:
+        started = []
+        for kind, at in kinds.items():
+            check = kind.preflight([p.suites[i] for i in at], settings, config_file, runs_here)
+            stack.callback(check.close)
+            started.append((at, check))
+        yield Preflights(p, started)
 
 
 def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:

@@ -290,12 +290,9 @@ def ray_cluster(environ: Mapping[str, str], address: str | None = None) -> tuple
 def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gpu],
                    environ: Mapping[str, str]) -> list[Need]:
     """What the campaign needs of this machine, each found or not. ConfigError: the file itself is at fault."""
-    from ..errors import MissingEnvError
     from ..pipeline.plan import UNQUANTIZED, base_checkpoint, engine_spec, runtime_for
     from ..quantize import QUANTIZERS
     from ..quantize.base import DEFAULT_QUANTIZER
-    from ..suites.lmeval import resolve_tasks
-    from ..suites.preflight import lmeval_refs
 
     needs: list[Need] = []
     # elsewhere (a Ray cluster) each node brings its own tools and GPUs; the model and the lm-eval data are
@@ -342,12 +339,9 @@ def campaign_needs(cfg: Any, settings: Settings, config_file: str, gpus: list[Gp
         if v.api_key_env:
             needs.append(Need(f"${v.api_key_env} ({v.name}: its endpoint's API key)", bool(environ.get(v.api_key_env)),
                               "set" if environ.get(v.api_key_env) else "not set in this environment"))
-    for ref in lmeval_refs(cfg.suites):
-        try:
-            tasks = resolve_tasks(ref, settings.data, config_file)
-            needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", True, f"{len(tasks)} tasks' files here"))
-        except MissingEnvError as e:
-            needs.append(Need(f"lm-eval data ({', '.join(ref.tasks)})", False, str(e) + driver))
+    for ref in cfg.suites:
+        needs += [Need(n.what, n.here, n.detail if n.here else n.detail + driver)
+                  for n in ref.needs(settings, config_file)]
     if cfg.executor.kind == "ray":
         has_ray = importlib.util.find_spec("ray") is not None
         needs.append(Need("Ray in this Python (executor ray)", has_ray,
@@ -362,20 +356,20 @@ def _gpus_line(gpus: list[Gpu]) -> str:
 
 
 def plan_check(cfg: Any, settings: Settings, config_file: str) -> str:
-    """`qeval validate`'s checks (suites, engines' limits, lm-eval data in the engine's environment), the model
-    taken from the cache as found: nothing is downloaded. ConfigError: bad input; QevalError: missing here."""
-    from ..pipeline.plan import base_checkpoint, campaign_dtype, plan
-    from ..suites.preflight import lmeval_data_check
+    """`qeval validate`'s checks (suites, engines' limits, what the suites need here: lm-eval data in the engine's
+    environment), the model taken from the cache as found: nothing is downloaded. ConfigError: bad input;
+    QevalError: missing here."""
+    from ..pipeline.plan import base_checkpoint, campaign_dtype, plan, preflight
 
     if cfg.model.hf:  # found above; planned as that folder, so that nothing asks the hub
         folder = base_checkpoint(cfg, settings, local_only=True)
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": folder, "hf": None})})
-    with lmeval_data_check(cfg.suites, settings, config_file, cfg.executor.kind == "local") as check:
-        p = plan(cfg, settings, config_file)
-        data = check.result()
+    p = plan(cfg, settings, config_file)
+    with preflight(p, settings, config_file, cfg.executor.kind == "local") as checks:
+        checked = checks.result()
     dtype = campaign_dtype(cfg, settings, config_file)
     line = f"{len(cfg.all_variants())} variants, {p.tally()}; served in {dtype.dtype} ({dtype.reason})"
-    return line + (f"; {data.summary()}" if check.needed else "")
+    return "; ".join([line, *checked.said])
 
 
 # -- all of it -----------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 A Suite is one entry (a custom suite, an lm-eval suite of tasks, a logprobs corpus, or a kind a plugin
 registers); its Parts are what is stored, paired and gated as one (an lm-eval suite has a part per task).
+Before any engine starts, each kind checks what its suites need on this machine (`preflight`).
 A variant's run hands each suite a SuiteRun (the endpoint, the variant's records, the looks of its
 sequential gates) and the suite evaluates what is missing; the verdict pairs each part through the suite's
 `views`. Nothing outside suites/ knows a suite's kind.
@@ -83,6 +84,47 @@ class Pairing:
     distribution: "tuple[Distribution, BaselineDistribution] | None" = None
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What a suite kind's pre-flight found: its suites as their data is on this machine (in the order given; an
+    lm-eval suite's batched tasks with the docs their data has), and the line `qeval validate` says of it
+    (None: nothing to say)."""
+
+    suites: tuple["Suite", ...]
+    summary: str | None = None
+
+
+class Preflight(Protocol):
+    """A suite kind's check of what its suites need on this machine, under way while the campaign is checked."""
+
+    def result(self) -> Checked:
+        """Wait for it: bad input (a task whose data does not load) raises ConfigError, what is not on this
+        machine MissingEnvError."""
+        ...
+
+    def close(self) -> None:
+        """Stop what it started, whatever happened."""
+        ...
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """The pre-flight of a kind with nothing to check before its suites run: its suites as they are."""
+
+    checked: Checked
+
+    def result(self) -> Checked:
+        return self.checked
+
+    def close(self) -> None:
+        pass
+
+
+def nothing_to_check(suites: Sequence["Suite"], settings: "Settings", config_file: str = "",
+                     runs_here: bool = True) -> Nothing:
+    return Nothing(Checked(tuple(suites)))
+
+
 @runtime_checkable
 class SuiteRun(Protocol):
     """What a variant's run gives a suite: its endpoint, its records so far, the looks of its gates."""
@@ -155,12 +197,26 @@ class Suite(Protocol):
         its items (lm-eval: as its data and limit say) and their groups (empty: ungrouped)."""
         ...
 
+    @staticmethod
+    def preflight(suites: Sequence["Suite"], settings: "Settings", config_file: str = "",
+                  runs_here: bool = True) -> Preflight:
+        """Before any engine starts, what the kind's suites need on this machine, checked: called on the class,
+        once for every suite of the kind in the campaign (one lm-eval process builds all its tasks), and running
+        while the rest of the campaign is checked. `runs_here`: the suites run on this machine (the local
+        executor); else each node brings its own, and what only a node has is not checked here."""
+        ...
+
     def run(self, run: SuiteRun) -> None:
         """Evaluate what the store lacks of each part against `run.endpoint`, storing records as they come."""
         ...
 
+    def views(self, part: Part, base: list[Record], cand: list[Record]) -> tuple[View, ...]:
+        """The part's records paired, variant against baseline (item by item, or by chunk): what the verdict
+        compares, and all a sequential look reads while the variant runs."""
+        ...
+
     def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
-        """The part's records paired, variant against baseline (item by item, or by chunk)."""
+        """The views, with the items that flipped and the per-token figures: what the record keeps."""
         ...
 
     def rekeyed(self, keys: Mapping[str, str]) -> "Suite":
@@ -170,27 +226,32 @@ class Suite(Protocol):
 
 
 class ItemSuite:
-    """What most suites share: item-by-item pairing, flips of a 0/1 primary metric, no per-token figures, keys
-    from their own files.
-    Subclasses give `parts`, `concurrency`, `tally` and `run`."""
+    """What most suites share: nothing to check before a run, item-by-item pairing, flips of a 0/1 primary metric,
+    no per-token figures, keys from their own files.
+    Subclasses give `parts`, `concurrency`, `tally`, `sizes` and `run`."""
 
     parts: tuple[Part, ...]
+    preflight = staticmethod(nothing_to_check)
 
-    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+    def views(self, part: Part, base: list[Record], cand: list[Record]) -> tuple[View, ...]:
         from ..verdict.pairing import align
-        from ..verdict.flips import item_flips
 
         paired = align(part.suite, base, cand)
-        flip = (part.primary or sorted(base[0].scores)[0]) if base else None
-        spec = part.metrics.get(flip) if flip else None
-        flips = item_flips(flip, base, cand) if cand and spec is not None and spec.binary else None
         metrics = sorted(paired.base)
         if not metrics:
-            return Pairing((View(paired, None),), flips=flips)
+            return (View(paired, None),)
         first = [r for r in base if r.sample == 0]
         looks = Looks(tuple(r.item_id for r in first), tuple(r.group for r in first),
                       {m: sum(r.scores[m] for r in first) / len(first) for m in metrics})
-        return Pairing((View(paired, part.primary or metrics[0], looks=looks),), flips=flips)
+        return (View(paired, part.primary or metrics[0], looks=looks),)
+
+    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+        from ..verdict.flips import item_flips
+
+        flip = (part.primary or sorted(base[0].scores)[0]) if base else None
+        spec = part.metrics.get(flip) if flip else None
+        flips = item_flips(flip, base, cand) if cand and spec is not None and spec.binary else None
+        return Pairing(self.views(part, base, cand), flips=flips)
 
     def rekeyed(self, keys: Mapping[str, str]) -> Any:
         return self

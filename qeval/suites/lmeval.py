@@ -3,225 +3,31 @@
 lm-eval's per-sample log (`--log_samples`) becomes one record per doc, keyed by doc_id with its
 doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every answered request in
 SQLite, so a task killed half-way resumes where it stopped; the pipeline gives it one folder per checkpoint.
+What a task is (its file, data and key) lives in lmeval_tasks.py; the check of its data before any engine
+starts in lmeval_preflight.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import math
 import os
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import yaml
 
 from ..engines import Endpoint
 from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
-from ..hashing import file_hash, key_hash
-from ..record.metrics import MetricSpec
-from ..settings import Runtime
+from ..settings import Runtime, Settings
 from ..record.store import Record
-from .base import ItemSuite, Part, SuiteRun
+from .base import Checked, ItemSuite, Part, SuiteRun
+from .lmeval_preflight import DataRun, start_check
+from .lmeval_tasks import LmEvalTask, materialize_tasks, resolve_tasks
 from .spec import LmEvalSuiteRef
-
-DATA_PLACEHOLDER = "{qeval_data}"
-
-# lm-eval's own metrics (lm_eval/api/metrics.py): which are per-sample 0/1 indicators, and lm-eval's
-# `higher_is_better` for each; a task's metric_list may restate the direction, and overrides it
-LMEVAL_METRICS: dict[str, tuple[bool, bool]] = {
-    "acc": (True, True), "acc_norm": (True, True), "acc_mutual_info": (True, True), "exact_match": (True, True),
-    "perplexity": (False, False), "word_perplexity": (False, False), "byte_perplexity": (False, False),
-    "bits_per_byte": (False, False), "brier_score": (False, False), "ter": (False, False),
-    "bleu": (False, True), "chrf": (False, True), "f1": (False, True), "mcc": (False, True),
-    "likelihood": (False, True)}
-
-
-class _TaskLoader(yaml.SafeLoader):
-    """Reads a task YAML's metric_list: lm-eval's `!function` tags are kept as text, not run."""
-
-
-_TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
-
-
-def task_metrics(task: str, text: str | None, where: str) -> dict[str, MetricSpec]:
-    """Each metric's declaration: lm-eval's for its own metric names, the task's `higher_is_better` on top."""
-    out = {m: MetricSpec(binary=b, higher_is_better=h, source=f"lm-eval's {m}") for m, (b, h) in LMEVAL_METRICS.items()}
-    try:
-        doc = yaml.load(text, Loader=_TaskLoader) if text else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"task {task!r}: not valid YAML: {e}", file=where) from None
-    for entry in (doc or {}).get("metric_list") or []:
-        name = entry.get("metric") if isinstance(entry, dict) else None
-        if not isinstance(name, str):
-            continue
-        known = out.get(name)
-        hib = entry.get("higher_is_better", known.higher_is_better if known else None)
-        out[name] = MetricSpec(binary=known.binary if known else False, higher_is_better=hib,
-                               source=f"task {task}'s metric_list" + ("" if known else ", continuous: not an lm-eval 0/1 metric"))
-    return out
-
-
-@dataclass(frozen=True)
-class LmEvalTask:
-    name: str
-    key: str  # hash of the task file, its data and every setting that changes results
-    settings: dict
-    output_type: str | None = None  # from the task YAML; None for a task lm-eval knows by name
-    metrics: dict[str, MetricSpec] = field(default_factory=dict)  # what each metric is (task_metrics)
-    # sequential gates: each (look_every, min_items) its gates look by. The task then runs in batches
-    # (lm-eval's --samples), and its few-shot prompts depend on them (lm-eval draws examples from one
-    # seeded stream in doc order), so they are part of its key
-    looks: tuple[tuple[int, int], ...] = ()
-    unbatched_key: str = ""  # the key before the batches entered it (what the data pre-flight keys by)
-    n_docs: int | None = None  # the docs its data has, where the pre-flight counted them
-
-    def in_batches(self, looks: tuple[tuple[int, int], ...]) -> "LmEvalTask":
-        return dataclasses.replace(self, looks=looks, unbatched_key=self.key,
-                                   key=f"{self.key}:b{key_hash([list(x) for x in looks], 8)}")
-
-    @property
-    def planned_docs(self) -> int | None:
-        """The docs the looks are planned over: the suite's limit, or fewer where the data has fewer."""
-        limit = self.settings.get("limit")
-        return min(limit, self.n_docs) if limit and self.n_docs else (limit or self.n_docs)
-
-    @property
-    def batches(self) -> tuple[int, ...]:
-        """The doc counts after which its gates look (empty: not cut)."""
-        from ..stats.sequential import look_schedule
-
-        n = self.planned_docs
-        if not self.looks or not n:
-            return ()
-        return tuple(sorted({t for every, first in self.looks for t in look_schedule(n, every, first)}))
-
-    @property
-    def needs_prompt_logprobs(self) -> bool:
-        # scored from the logprobs of given continuations; an unknown task is assumed to be
-        return self.output_type != "generate_until"
-
-
-def _task_file(include: Path | None, task: str) -> Path | None:
-    if include is None:
-        return None
-    for p in sorted(include.glob("*.yaml")):
-        for line in p.read_text().splitlines():
-            if line.strip() == f"task: {task}":
-                return p
-    return None
-
-
-def _data_files(task_file: Path, data_dir: Path) -> list[Path]:
-    """The local files a task's dataset_kwargs.data_files name: {qeval_data} filled in, a relative path taken
-    against the YAML's own folder, a glob (`*.arrow`: a dataset saved in shards) expanded, in order."""
-    try:
-        spec = yaml.load(task_file.read_text(), Loader=_TaskLoader) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {e}", file=str(task_file)) from None
-    out = []
-    for x in _flat_data_files(spec):
-        if "://" in x:
-            raise ConfigError(f"data file {x} is remote: qeval cannot download; provide it as a local file (see "
-                              "docs/guides/suites-and-tasks.md, 'Adding a task of your own')", file=str(task_file),
-                              where="dataset_kwargs.data_files")
-        path = task_file.parent / x.replace(DATA_PLACEHOLDER, str(data_dir))  # an absolute one stays as it is
-        matched = sorted(path.parent.glob(path.name)) if glob.has_magic(path.name) and path.parent.is_dir() else []
-        out += matched or [path]
-    return out
-
-
-def _flat_data_files(spec: object) -> list[str]:
-    files = ((spec.get("dataset_kwargs") or {}).get("data_files") or {}) if isinstance(spec, dict) else {}
-    values = files.values() if isinstance(files, dict) else [files]
-    return [str(x) for v in values for x in (v if isinstance(v, list) else [v])]
-
-
-def _absolute_data_files(text: str, folder: Path) -> str:
-    """The task YAML with each relative data_files entry made absolute against `folder`, its own: lm-eval reads
-    a copy in another folder, and `datasets` takes a relative path against the working directory. Read and
-    written as YAML nodes, so lm-eval's `!function` tags come through; a YAML with none is returned as it is."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-
-    def child(node, key: str):
-        if isinstance(node, yaml.MappingNode):
-            return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
-        return None
-
-    def scalars(node) -> list:
-        if isinstance(node, yaml.ScalarNode):
-            return [node]
-        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
-            return [s for n in node.value for s in scalars(n[1] if isinstance(n, tuple) else n)]
-        return []
-
-    relative = [s for s in scalars(child(child(root, "dataset_kwargs"), "data_files"))
-                if "://" not in s.value and not Path(s.value).is_absolute()]
-    if not relative:
-        return text
-    for s in relative:
-        s.value, s.style = str(folder / s.value), '"'
-    return yaml.serialize(root, Dumper=yaml.SafeDumper, allow_unicode=True, width=10_000)
-
-
-def materialize_tasks(ref: LmEvalSuiteRef, data_dir: Path, work: Path) -> Path | None:
-    """Copy the local task YAMLs with the data folder filled in and relative data files made absolute (against
-    each YAML's own folder), so lm-eval reads absolute paths."""
-    if ref.include_path is None:
-        return None
-    out = work / "lmeval-tasks"
-    out.mkdir(parents=True, exist_ok=True)
-    for p in sorted(ref.include_path.glob("*.yaml")):
-        text = p.read_text().replace(DATA_PLACEHOLDER, str(data_dir))
-        try:
-            text = _absolute_data_files(text, p.parent.resolve())
-        except yaml.YAMLError:
-            pass  # lm-eval cannot read it either; resolve_tasks names the file where a task needs it
-        (out / p.name).write_text(text)
-    for p in sorted(ref.include_path.glob("*.py")):  # what a YAML's `!function utils.f` imports, beside it
-        shutil.copyfile(p, out / p.name)
-    return out
-
-
-def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") -> list[LmEvalTask]:
-    settings = {"limit": ref.limit, "num_fewshot": ref.num_fewshot, "fewshot_seed": ref.fewshot_seed,
-                "add_bos_token": ref.add_bos_token, "apply_chat_template": ref.apply_chat_template}
-    tasks = []
-    for name in ref.tasks:
-        f = _task_file(ref.include_path, name)
-        content = {"task": name, "settings": settings}
-        output_type, text = None, None
-        if f is not None:
-            text = f.read_text()
-            content["yaml"] = text
-            output_type = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                                if line.startswith("output_type:")), None)
-            hashes = {}
-            for data in _data_files(f, data_dir):  # the data behind the task is part of its identity
-                roots = (data_dir.resolve(), f.parent.resolve())
-                if not any(data.resolve().is_relative_to(r) for r in roots):  # e.g. "../../etc/x" or /home/...
-                    raise ConfigError(f"task {name!r} reads {data}, outside the data folder ({data_dir}) and the "
-                                      f"task's own folder", file=str(f), where="dataset_kwargs.data_files")
-                if not data.is_file():
-                    raise MissingEnvError(f"data for lm-eval task {name!r}", str(data))
-                # keyed by file name (what the shipped tasks' keys hold); a second file of that name (a saved
-                # dataset's shards, one per split) by its path
-                hashes[data.name if data.name not in hashes else os.path.relpath(data, f.parent)] = file_hash(data)
-            content["data"] = hashes
-            if "!function" in text:  # its code decides its prompts and scores too
-                content["code"] = {py.name: file_hash(py) for py in sorted(f.parent.glob("*.py"))}
-        elif ref.include_path is not None:
-            raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
-                              " but qeval runs lm-eval offline: a task's data must be local files)",
-                              file=config_file, where="suites: lm_eval.tasks")
-        tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{key_hash(content)}", settings=settings,
-                                output_type=output_type, metrics=task_metrics(name, text, str(f or config_file))))
-    return tasks
-
 
 def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: list[str], include: Path | None,
                 out: Path, cache: Path, samples: dict[str, list[int]] | None = None) -> list[str]:
@@ -350,11 +156,6 @@ def resolve(ref: LmEvalSuiteRef, settings, policy, config_file: str = "") -> "Lm
     return LmEvalSuite(ref, tuple(out))
 
 
-def counted(suites: tuple, n_docs: Mapping[str, int]) -> tuple:
-    """The campaign's suites, its lm-eval ones with the docs each batched task's data has (counted)."""
-    return tuple(s.counted(n_docs) if isinstance(s, LmEvalSuite) else s for s in suites)
-
-
 def task_cuts(seed: int, key: str, pauses: tuple[int, ...], n: int) -> list[list[int]]:
     """A task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call. Fixed at
     plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
@@ -398,6 +199,14 @@ class LmEvalSuite(ItemSuite):
             n = min(x for x in (rows, limit) if x is not None) if (rows or limit) else 0
             out.append((f"lm_eval/{t.name}", _lmeval_primary(self.ref.include_path, t.name), n, ()))
         return out
+
+    @staticmethod
+    def preflight(suites: Sequence["LmEvalSuite"], settings: Settings, config_file: str = "",
+                  runs_here: bool = True) -> "_Preflight":
+        """Every task of the campaign's lm-eval suites built and its docs read, in the engine's environment,
+        offline, in one process (lmeval_preflight.py); each suite then knows the docs its batched tasks have."""
+        return _Preflight(tuple(suites), start_check([(s.ref, [t.unbatched for t in s.tasks]) for s in suites],
+                                                     settings, config_file, runs_here))
 
     def counted(self, n_docs: Mapping[str, int]) -> "LmEvalSuite":
         """With the docs each batched task's data has (the data pre-flight's count, by unbatched key): a task
@@ -449,3 +258,17 @@ class LmEvalSuite(ItemSuite):
                     run.complete(parts[t.name], len(used[t.name]))
                     run.finished(parts[t.name])
                     going.remove(t)
+
+
+class _Preflight:
+    """The lm-eval suites' data check under way (suites/base.py: Preflight)."""
+
+    def __init__(self, suites: tuple[LmEvalSuite, ...], check: DataRun):
+        self.suites, self.check = suites, check
+
+    def result(self) -> Checked:
+        data = self.check.result()
+        return Checked(tuple(s.counted(data.n_docs) for s in self.suites), data.summary())
+
+    def close(self) -> None:
+        self.check.close()

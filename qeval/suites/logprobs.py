@@ -28,7 +28,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..record.store import Record
-from .base import Looks, Pairing, Part, SuiteRun, View, run_items
+from .base import Looks, Pairing, Part, SuiteRun, View, nothing_to_check, run_items
 from .spec import LogprobsSuiteRef
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ class LogprobsSuite:
     def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
         return []  # its chunks are gated on KL, which no planning variance of 0/1 results describes
 
+    preflight = staticmethod(nothing_to_check)  # its corpus was read when it was resolved
+
     def run(self, run: SuiteRun) -> None:
         (part,) = self.parts
         concurrency = run.concurrency or CONCURRENCY
@@ -77,27 +79,21 @@ class LogprobsSuite:
                                                  retry_backoff_s=run.retry_backoff_s, concurrency=concurrency),
                   note=" (prompt logprobs)")
 
-    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+    def views(self, part: Part, base: list[Record], cand: list[Record]) -> tuple[View, ...]:
         """NLL item by item (reported, not gated); KL and top-1 agreement by chunk, where both sides tokenized
-        a chunk alike (the baseline's own KL is 0 and its agreement 1); the chunks that flipped; the
-        per-token figures."""
-        from ..verdict.pairing import Paired, align
+        a chunk alike (the baseline's own KL is 0 and its agreement 1)."""
+        return self._views(part, base, cand)[0]
+
+    def pair(self, part: Part, base: list[Record], cand: list[Record]) -> Pairing:
+        """The views, the chunks that flipped, the per-token figures."""
         from ..verdict.flips import chunk_flips
         from ..record.measurements import BaselineDistribution, Distribution
         from ..stats.distribution import summarize as summarize_positions
 
-        views = [View(align(part.suite, base, cand), None)]
-        if not base or not cand:
-            return Pairing(tuple(views))
-        cc = compare_chunks(base, cand)
-        flips = None
-        if cc.ids:
-            n = len(cc.ids)
-            paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
-                            cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
-            looks = Looks(tuple(r.item_id for r in base), (None,) * len(base), {"kl": 0.0, "top1": 1.0})
-            views.append(View(paired, "kl", ("kl", "top1") if cc.alternatives else ("kl",), looks))
-            flips = chunk_flips(cc.ids, cc.kl, cc.top1 if cc.alternatives else None)
+        views, cc = self._views(part, base, cand)
+        if cc is None:
+            return Pairing(views)
+        flips = chunk_flips(cc.ids, cc.kl, cc.top1 if cc.alternatives else None) if cc.ids else None
         summ = summarize_positions(cc.positions)
         figures = {**summ.__dict__, "perplexity": perplexity(cand), "mismatched_chunks": len(cc.mismatched),
                    "chunks": len(cc.ids), "method": f"top-{self.top_k} + tail bucket (approximation, a near lower bound)"}
@@ -108,7 +104,24 @@ class LogprobsSuite:
                        "lower bound; no top-1 agreement)")
         distribution = (Distribution.model_validate(figures),
                         BaselineDistribution(perplexity=perplexity(base), chunks=len(base)))
-        return Pairing(tuple(views), flips=flips, distribution=distribution)
+        return Pairing(views, flips=flips, distribution=distribution)
+
+    def _views(self, part: Part, base: list[Record], cand: list[Record]
+               ) -> "tuple[tuple[View, ...], ChunkComparison | None]":
+        """The views, and the chunk comparison they were read from (None: a side has no records)."""
+        from ..verdict.pairing import Paired, align
+
+        views = [View(align(part.suite, base, cand), None)]
+        if not base or not cand:
+            return tuple(views), None
+        cc = compare_chunks(base, cand)
+        if cc.ids:
+            n = len(cc.ids)
+            paired = Paired(ids=cc.ids, groups=[None] * n, base={"kl": np.zeros(n), "top1": np.ones(n)},
+                            cand={"kl": cc.kl, "top1": cc.top1}, unpaired_base=[], unpaired_cand=[])
+            looks = Looks(tuple(r.item_id for r in base), (None,) * len(base), {"kl": 0.0, "top1": 1.0})
+            views.append(View(paired, "kl", ("kl", "top1") if cc.alternatives else ("kl",), looks))
+        return tuple(views), cc
 
     def rekeyed(self, keys: Mapping[str, str]) -> "LogprobsSuite":
         # the pydoc corpus comes from the interpreter's stdlib: on another Python its key differs, while the

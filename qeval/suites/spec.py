@@ -4,6 +4,7 @@ registered through the entry point group `qeval.suites` brings its own), each na
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -42,6 +43,15 @@ class GenerationSpec(Strict):
 SUITES = Registry("suite kind", entry_point_group="qeval.suites")
 
 
+@dataclass(frozen=True)
+class Needed:
+    """Something an entry needs on this machine before its suite can be planned (`qeval doctor` lists it)."""
+
+    what: str
+    here: bool
+    detail: str
+
+
 class SuiteRef(Kinded):
     """A suite the campaign runs; `kind` picks its model. A plugin's kind overrides `resolve`."""
 
@@ -49,6 +59,7 @@ class SuiteRef(Kinded):
     # "module:function" that makes the Suite (suites/base.py) a built-in entry names: named, not imported, so
     # that reading a campaign file loads no suite's code
     RESOLVER: ClassVar[str] = ""
+    NEEDS: ClassVar[str] = ""  # "module:function" listing what it needs on this machine, named as RESOLVER is
 
     def resolve(self, settings: "Settings", policy: "GatePolicy", config_file: str = "") -> "Suite":
         """The suite this entry names, loaded and validated (bad input: ConfigError naming the file)."""
@@ -61,6 +72,14 @@ class SuiteRef(Kinded):
 
     def check_files(self, config_file: str) -> None:
         """Refuse (ConfigError) a file the entry names that is not there, before anything runs."""
+
+    def needs(self, settings: "Settings", config_file: str = "") -> list[Needed]:
+        """What the entry needs on this machine beyond its files (an lm-eval task's data), each found or not;
+        asked before `resolve`, which refuses what is missing. ConfigError: the entry itself is at fault."""
+        if not self.NEEDS:
+            return []
+        module, _, name = self.NEEDS.partition(":")
+        return getattr(import_module(module), name)(self, settings, config_file)
 
     @classmethod
     def model_for(cls, kind: str) -> type["SuiteRef"]:
@@ -96,6 +115,7 @@ class CustomSuiteRef(SuiteRef):
 @SUITES.register("lm_eval")
 class LmEvalSuiteRef(SuiteRef):
     RESOLVER: ClassVar[str] = "qeval.suites.lmeval:resolve"
+    NEEDS: ClassVar[str] = "qeval.suites.lmeval_tasks:data_needs"
     kind: Literal["lm_eval"]
     tasks: list[str] = Field(min_length=1)
     include_path: Path | None = None  # local task YAMLs
@@ -112,6 +132,7 @@ class LmEvalSuiteRef(SuiteRef):
 
     def check_files(self, config_file: str) -> None:
         _must_exist(self.include_path, config_file, self.kind)
+
 
 
 @SUITES.register("logprobs")

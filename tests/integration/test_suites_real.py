@@ -8,7 +8,8 @@ import pytest
 
 from qeval.config import LmEvalSuiteRef
 from qeval.suites.custom import load_suite, run_custom, sample_seeds
-from qeval.suites.lmeval import resolve_tasks, run_lmeval
+from qeval.suites.lmeval import run_lmeval
+from qeval.suites.lmeval_tasks import resolve_tasks
 
 from .conftest import ROOT
 

@@ -163,7 +163,7 @@ def test_betting_on_a_continuous_metric_is_refused_before_anything_starts(tmp_pa
 def test_an_lmeval_task_is_cut_over_the_docs_its_data_has():
     """A task with fewer docs than its suite's limit (oe_copa: 100 of 200) is cut over those;
     its key names the looks, not the count, so `qeval finish` (no pre-flight) finds the same key."""
-    from qeval.suites.lmeval import LmEvalTask
+    from qeval.suites.lmeval_tasks import LmEvalTask
 
     t = LmEvalTask(name="t", key="lm_eval:t:abc", settings={"limit": 200}).in_batches(((50, 50),))
     assert t.key.startswith("lm_eval:t:abc:b") and t.unbatched_key == "lm_eval:t:abc"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from qeval.errors import ConfigError, MissingEnvError
-from qeval.suites.lmeval import materialize_tasks, resolve_tasks
+from qeval.suites.lmeval_tasks import materialize_tasks, resolve_tasks
 from qeval.suites.spec import LmEvalSuiteRef
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 from qeval.hashing import file_hash
 from qeval.settings import Settings
 from qeval.suites import olmo_data
-from qeval.suites.lmeval import resolve_tasks
+from qeval.suites.lmeval_tasks import resolve_tasks
 from qeval.suites.olmo_data import ARROW, HF, OE, SHIPPED, WHEEL
 from qeval.suites.spec import LmEvalSuiteRef
 from tests.conftest import campaign_file

@@ -1,6 +1,7 @@
-"""Before any engine starts: every lm-eval task is built and its docs read here, in the engine's environment,
-offline, with no server (qeval/workers/check_lmeval_tasks.py). A task whose data is not on this machine is
-bad input (exit 2) that names what to provide, found in seconds rather than when lm-eval first runs.
+"""The lm-eval suites' pre-flight (LmEvalSuite.preflight): before any engine starts, every lm-eval task is built
+and its docs read here, in the engine's environment, offline, with no server (qeval/workers/check_lmeval_tasks.py).
+A task whose data is not on this machine is bad input (exit 2) that names what to provide, found in seconds rather
+than when lm-eval first runs.
 
 A task that passed is remembered under the qeval cache by its key, which holds the task YAML and the hash of
 every local data file it reads, with the engine build and lm-eval's version: a change to any of them checks it
@@ -16,17 +17,16 @@ import os
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from ..engines.process import INTERRUPT_GRACE_S, ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError, QevalError
 from ..hashing import key_hash, stable_hash
 from ..settings import Settings
-from .lmeval import LmEvalTask, _task_file, materialize_tasks, resolve_tasks
-from .spec import LmEvalSuiteRef, SuiteRef
+from .lmeval_tasks import LmEvalTask, _task_file, materialize_tasks
+from .spec import LmEvalSuiteRef
 
 WORKER = Path(__file__).resolve().parent.parent / "workers" / "check_lmeval_tasks.py"
 # what run_lmeval gives lm-eval: the check reads data the way the run will
@@ -83,13 +83,12 @@ def _problem(name: str, res: dict, task_file: Path | None) -> str:
     return f"lm-eval task {name!r}{where} does not load: {res.get('error', '?')}"
 
 
-class _Run:
-    """One run of the worker over the tasks not yet known good; started before the rest of the plan so that
-    the two overlap, and never raising until `result`: the plan's own errors come first."""
+class DataRun:
+    """One run of the worker over the tasks not yet known good; started before the rest of the campaign's
+    checks so that the two overlap, and never raising until `result`: the campaign's own errors come first."""
 
-    def __init__(self, refs: Sequence[SuiteRef], settings: Settings, config_file: str, required: bool):
-        refs = lmeval_refs(refs)
-        self.needed = bool(refs)  # the campaign has lm-eval suites: its result is worth saying
+    def __init__(self, groups: Sequence[tuple[LmEvalSuiteRef, Sequence[LmEvalTask]]], settings: Settings,
+                 config_file: str, required: bool):
         self.settings, self.config_file, self.required = settings, config_file, required
         self.todo: list[tuple[LmEvalSuiteRef, list[LmEvalTask]]] = []
         self.cached: list[str] = []
@@ -100,18 +99,17 @@ class _Run:
         self.work: Path | None = None
         self.start = time.monotonic()
         try:
-            self._spawn(refs)
+            self._spawn(groups)
         except QevalError as e:
             self.error = e
         except BaseException:
             self.close()
             raise
 
-    def _spawn(self, refs: Sequence[LmEvalSuiteRef]) -> None:
-        for ref in refs:
+    def _spawn(self, groups: Sequence[tuple[LmEvalSuiteRef, Sequence[LmEvalTask]]]) -> None:
+        for ref, tasks in groups:
             new = []
-            # unbatched keys: how a task is cut for sequential gates does not change what it reads
-            for t in resolve_tasks(ref, self.settings.data, self.config_file):
+            for t in tasks:  # unbatched: how a task is cut for sequential gates does not change what it reads
                 self.markers[t.key] = _marker(self.settings, t)
                 if self.markers[t.key].is_file():
                     self.cached.append(t.name)
@@ -123,16 +121,16 @@ class _Run:
         if not self.todo or not runtime.exists():
             return
         self.work = Path(tempfile.mkdtemp(prefix="qeval-preflight-"))
-        groups = []
+        asked = []
         for i, (ref, tasks) in enumerate(self.todo):
             include = materialize_tasks(ref, self.settings.data, self.work / f"suite{i}")
             for t in tasks:
                 self.files[t.key] = _task_file(ref.include_path, t.name)
-            groups.append({"include_path": str(include) if include else None, "tasks": [t.name for t in tasks],
+            asked.append({"include_path": str(include) if include else None, "tasks": [t.name for t in tasks],
                            "files": {t.name: str(include / f.name) for t in tasks
                                      if include and (f := self.files[t.key]) is not None}})
         spec = self.work / "spec.json"
-        spec.write_text(json.dumps({"groups": groups}))
+        spec.write_text(json.dumps({"groups": asked}))
         env = runtime.env(os.environ, **OFFLINE, HF_DATASETS_CACHE=str(self.work / "hf-datasets"))
         self.proc = ServerProcess([str(runtime.python), str(WORKER), str(spec), str(self.work / "out.json")], env,
                                   self.work / "check.log")
@@ -189,26 +187,10 @@ class _Run:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
-def lmeval_refs(refs: Sequence[SuiteRef]) -> list[LmEvalSuiteRef]:
-    """The campaign's lm-eval suites, among all its suites."""
-    return [r for r in refs if isinstance(r, LmEvalSuiteRef)]
-
-
-@contextmanager
-def lmeval_data_check(refs: Sequence[SuiteRef], settings: Settings, config_file: str = "",
-                      required: bool = True) -> Iterator[_Run]:
-    """Start checking the tasks of the lm-eval suites among `refs`; `.result()` waits for it (a DataCheck, or the ConfigError
-    naming every task that does not load). `required`: the engine environment must be here (the local
-    executor); else its absence skips the check (a Ray cluster's nodes read their own). On the way out the
-    worker is stopped, whatever happened."""
-    run = _Run(refs, settings, config_file, required)
-    try:
-        yield run
-    finally:
-        run.close()
-
-
-def check_lmeval_data(refs: Sequence[SuiteRef], settings: Settings, config_file: str = "",
-                      required: bool = True) -> DataCheck:
-    with lmeval_data_check(refs, settings, config_file, required) as run:
-        return run.result()
+def start_check(groups: Sequence[tuple[LmEvalSuiteRef, Sequence[LmEvalTask]]], settings: Settings,
+                config_file: str = "", required: bool = True) -> DataRun:
+    """Start checking the given tasks (per suite, its entry and its unbatched tasks); `.result()` waits for it (a
+    DataCheck, or the ConfigError naming every task that does not load), `.close()` stops the worker, whatever
+    happened. `required`: the engine environment must be here (the local executor); else its absence skips the
+    check (a Ray cluster's nodes read their own)."""
+    return DataRun(groups, settings, config_file, required)

