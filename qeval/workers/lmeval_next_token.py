@@ -9,8 +9,9 @@ replaced for the requests it can answer faster), then runs lm-eval's command lin
 lm-eval scores a multiple-choice question by sending one request per choice with `echo` and prompt logprobs; an
 engine that is asked for prompt logprobs skips its prefix cache (vLLM does), so the question is prefilled once
 per choice. Here the requests are grouped by context: where every continuation of a context is one token (a
-letter), one completion request (max_tokens 1, temperature 0, no echo, `logprobs` = TOP_K) gives the next
-token's top-k log-probabilities, and each choice's log-probability is read from them. That is the same number the
+letter), one completion prompt (max_tokens 1, temperature 0, no echo, `logprobs` = TOP_K) gives the next
+token's top-k log-probabilities, and each choice's log-probability is read from them. Prompts go lm-eval's
+batch size to a request, lm-eval's concurrency of requests in flight, as its own path sends them. That is the same number the
 echo path computes, for every choice in the top k. A choice outside it gets -inf (below every listed one: the
 argmax stays right whenever any choice is listed) and its context is flagged. Any other group (a continuation of
 several tokens, an empty context) goes through lm-eval's own path.
@@ -81,21 +82,23 @@ def score_group(top: dict[str, float], decode: Callable[[int], str], group: Grou
     return out, sum(v is None for v in got)
 
 
-def payload(model: str, context: Sequence[int], top_k: int, seed: int) -> dict:
+def payload(model: str, contexts: Sequence[Sequence[int]], top_k: int, seed: int) -> dict:
     # no echo and no prompt_logprobs: an engine keeps its prefix cache for such a request
-    return {"model": model, "prompt": list(context), "max_tokens": 1, "temperature": 0, "logprobs": top_k,
-            "seed": seed, "return_tokens_as_token_ids": True}
+    return {"model": model, "prompt": [list(c) for c in contexts], "max_tokens": 1, "temperature": 0,
+            "logprobs": top_k, "seed": seed, "return_tokens_as_token_ids": True}
 
 
-def top_logprobs(body: dict) -> dict[str, float]:
-    """The first generated position's top-k from a completions response."""
+def top_logprobs(body: dict, n: int = 1) -> list[dict[str, float]]:
+    """Per prompt of the request (n of them), the first generated position's top-k, from a completions response."""
     try:
-        top = body["choices"][0]["logprobs"]["top_logprobs"][0]
+        choices = sorted(body["choices"], key=lambda c: c["index"])
+        tops = [c["logprobs"]["top_logprobs"][0] for c in choices]
     except (KeyError, IndexError, TypeError) as e:
         raise RuntimeError(f"the completions response has no top_logprobs ({e!r}): {json.dumps(body)[:500]}") from None
-    if not isinstance(top, dict) or not top:
-        raise RuntimeError(f"the completions response's top_logprobs is empty: {json.dumps(body)[:500]}")
-    return {str(k): float(v) for k, v in top.items()}
+    if len(tops) != n or not all(isinstance(t, dict) and t for t in tops):
+        raise RuntimeError(f"the completions response has not one non-empty top_logprobs for each of its {n} "
+                           f"prompts: {json.dumps(body)[:500]}")
+    return [{str(k): float(v) for k, v in t.items()} for t in tops]
 
 
 def post_all(url: str, payloads: Sequence[dict], headers: dict, concurrency: int, timeout: float,
@@ -141,12 +144,15 @@ def register(flags_path: str, top_k: int) -> None:
             slow = [i for g in groups if not g.single_token for i in g.indices]
             results: list = [None] * len(requests)
             # (the context a one-token continuation leaves within lm-eval's max_length, as its own path cuts it)
-            bodies = post_all(self.base_url, [payload(self.model, g.context[1 - self.max_length:], top_k, self._seed)
-                                              for g in fast], self.header, self._concurrent, self.timeout,
-                              self.max_retries)
+            size = max(1, self._batch_size)
+            batches = [fast[i:i + size] for i in range(0, len(fast), size)]
+            bodies = post_all(self.base_url, [payload(self.model, [g.context[1 - self.max_length:] for g in b], top_k,
+                                                      self._seed) for b in batches],
+                              self.header, self._concurrent, self.timeout, self.max_retries)
+            tops = [t for b, body in zip(batches, bodies) for t in top_logprobs(body, len(b))]
             flags = []
-            for g, body in zip(fast, bodies):
-                scored, outside = score_group(top_logprobs(body), lambda t: self.tokenizer.decode([t]), g)
+            for g, top in zip(fast, tops):
+                scored, outside = score_group(top, lambda t: self.tokenizer.decode([t]), g)
                 for i, r in zip(g.indices, scored):
                     results[i] = r
                     self.cache_hook.add_partial("loglikelihood", requests[i][0], r)

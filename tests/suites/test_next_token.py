@@ -50,32 +50,38 @@ def test_an_engine_that_lists_tokens_as_text_is_read_by_decoding():
     assert scored == [(-0.1, True), (-3.0, False)] and outside == 0
 
 
-def test_one_request_per_question_without_echo_or_prompt_logprobs():
-    p = payload("m", [1, 2, 3], 20, 1234)
-    assert p["prompt"] == [1, 2, 3] and p["max_tokens"] == 1 and p["logprobs"] == 20 and p["temperature"] == 0
+def test_one_prompt_per_question_without_echo_or_prompt_logprobs():
+    p = payload("m", [[1, 2, 3], [1, 2, 4]], 20, 1234)
+    assert p["prompt"] == [[1, 2, 3], [1, 2, 4]] and p["max_tokens"] == 1 and p["logprobs"] == 20 and p["temperature"] == 0
     assert not p.get("echo") and "prompt_logprobs" not in p
 
 
 def _completion(body: bytes):
-    prompt = json.loads(body)["prompt"]
-    top = {f"token_id:{A}": -float(len(prompt)), f"token_id:{B}": -0.25}
-    return js({"choices": [{"index": 0, "text": " B", "logprobs": {"top_logprobs": [top]}}]})
+    prompts = json.loads(body)["prompt"]
+    choices = [{"index": i, "text": " B", "logprobs": {"top_logprobs": [{f"token_id:{A}": -float(len(p)),
+                                                                        f"token_id:{B}": -0.25}]}}
+               for i, p in enumerate(prompts)]
+    return js({"choices": choices[::-1]})  # in any order: each says its index
 
 
 def test_requests_reach_a_completions_server_and_answers_come_back_in_order():
     with Loopback({"POST /v1/completions": _completion}) as root:
-        bodies = post_all(f"{root}/v1/completions", [payload("m", [1] * n, 5, 0) for n in (1, 2, 3)], {}, 2, 10, 1)
-    assert [top_logprobs(b)[f"token_id:{A}"] for b in bodies] == [-1.0, -2.0, -3.0]
+        bodies = post_all(f"{root}/v1/completions", [payload("m", [[1] * n, [1] * (n + 3)], 5, 0) for n in (1, 2, 3)],
+                          {}, 2, 10, 1)
+    assert [[t[f"token_id:{A}"] for t in top_logprobs(b, 2)] for b in bodies] == [[-1.0, -4.0], [-2.0, -5.0],
+                                                                                  [-3.0, -6.0]]
+    with pytest.raises(RuntimeError, match="each of its 3 prompts"):
+        top_logprobs(bodies[0], 3)
 
 
 def test_a_server_error_is_retried_and_a_refusal_is_not():
-    answers = [js({"error": "busy"}, 500), _completion(json.dumps({"prompt": [1]}).encode())]
+    answers = [js({"error": "busy"}, 500), _completion(json.dumps({"prompt": [[1]]}).encode())]
     with (busy := Loopback({"POST /v1/completions": answers})) as root:
-        post_all(f"{root}/v1/completions", [payload("m", [1], 5, 0)], {}, 1, 10, 3)
+        post_all(f"{root}/v1/completions", [payload("m", [[1]], 5, 0)], {}, 1, 10, 3)
     assert len(busy.seen) == 2
     with (refusing := Loopback({"POST /v1/completions": js({"error": "logprobs 50 > max 20"}, 400)})) as root:
         with pytest.raises(RuntimeError, match="HTTP 400.*max 20"):
-            post_all(f"{root}/v1/completions", [payload("m", [1], 50, 0)], {}, 1, 10, 3)
+            post_all(f"{root}/v1/completions", [payload("m", [[1]], 50, 0)], {}, 1, 10, 3)
     assert len(refusing.seen) == 1
 
 
