@@ -99,7 +99,8 @@ class LmEvalTask:
     def next_token(self, top_k: int) -> "LmEvalTask":
         """The task scored by qeval's next-token path: its records under their own key, its one metric declared."""
         return dataclasses.replace(self, scoring=NEXT_TOKEN, key=f"{self.key}:{NEXT_TOKEN}-top{top_k}",
-                                   unbatched_key=self.unbatched_key or self.key, metrics={NEXT_TOKEN_METRIC: NEXT_TOKEN_SPEC})
+                                   unbatched_key=self.unbatched_key or self.key,
+                                   metrics={NEXT_TOKEN_METRIC: NEXT_TOKEN_SPEC})
 
     def in_batches(self, looks: tuple[tuple[int, int], ...]) -> "LmEvalTask":
         return dataclasses.replace(self, looks=looks, unbatched_key=self.unbatched_key or self.key,

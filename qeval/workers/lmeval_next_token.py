@@ -1,4 +1,4 @@
-"""lm-eval with single-token answers scored from one next-token request per question (runs in the engine venv,
+"""lm-eval with single-token answers scored from one next-token prompt per question (runs in the engine venv,
 never imports qeval).
 
 Usage: python lmeval_next_token.py FLAGS.jsonl TOP_K LM_EVAL_ARGUMENTS...
@@ -10,10 +10,11 @@ lm-eval scores a multiple-choice question by sending one request per choice with
 engine that is asked for prompt logprobs skips its prefix cache (vLLM does), so the question is prefilled once
 per choice. Here the requests are grouped by context: where every continuation of a context is one token (a
 letter), one completion prompt (max_tokens 1, temperature 0, no echo, `logprobs` = TOP_K) gives the next
-token's top-k log-probabilities, and each choice's log-probability is read from them. Prompts go lm-eval's
-batch size to a request, lm-eval's concurrency of requests in flight, as its own path sends them. That is the same number the
-echo path computes, for every choice in the top k. A choice outside it gets -inf (below every listed one: the
-argmax stays right whenever any choice is listed) and its context is flagged. Any other group (a continuation of
+token's top-k log-probabilities, and each choice's log-probability is read from them: the same number the echo
+path computes, for every choice in the top k. Prompts go lm-eval's batch size to a request, lm-eval's
+concurrency of requests in flight, as its own path sends them. A choice outside the top k gets -inf (below every
+listed one; the likeliest choice is listed whenever any is, so the answer stays the same) and its context is
+flagged. Any other group (a continuation of
 several tokens, an empty context) goes through lm-eval's own path.
 
 Each context's scoring is appended to FLAGS.jsonl as {"prompt_hash", "scoring", "outside_top_k"}: prompt_hash is
@@ -64,7 +65,8 @@ def group_by_context(requests: Sequence[tuple]) -> list[Group]:
     return out
 
 
-def listed_logprobs(top: dict[str, float], decode: Callable[[int], str], token_ids: Sequence[int]) -> list[float | None]:
+def listed_logprobs(top: dict[str, float], decode: Callable[[int], str],
+                    token_ids: Sequence[int]) -> list[float | None]:
     """Each token's log-probability among the listed top-k (None: not listed). The keys are `token_id:N` where
     the engine honours `return_tokens_as_token_ids`, else the tokens' text, matched by decoding each id."""
     by_id = {int(k[len(TOKEN_ID):]): v for k, v in top.items() if k.startswith(TOKEN_ID)}
@@ -73,7 +75,8 @@ def listed_logprobs(top: dict[str, float], decode: Callable[[int], str], token_i
     return [top.get(decode(t)) for t in token_ids]
 
 
-def score_group(top: dict[str, float], decode: Callable[[int], str], group: Group) -> tuple[list[tuple[float, bool]], int]:
+def score_group(top: dict[str, float], decode: Callable[[int], str],
+                group: Group) -> tuple[list[tuple[float, bool]], int]:
     """(logprob, is_greedy) per continuation, and how many were outside the top-k (given -inf)."""
     ids = [c[0] for c in group.continuations]
     got = listed_logprobs(top, decode, ids)

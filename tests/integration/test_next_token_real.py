@@ -75,5 +75,6 @@ def test_next_token_scoring_agrees_with_loglikelihood_and_asks_no_prompt_logprob
     # where every choice is listed, the same numbers, so the same answer on every question
     diffs = [abs(a - b) for i in listed for a, b in zip(_logprobs(lls[i].response), _logprobs(nts[i].response))]
     assert statistics.median(diffs) < 1e-2, statistics.median(diffs)
-    assert [_argmax(_logprobs(lls[i].response)) for i in listed] == [_argmax(_logprobs(nts[i].response)) for i in listed]
+    answers = [(_argmax(_logprobs(lls[i].response)), _argmax(_logprobs(nts[i].response))) for i in listed]
+    assert all(a == b for a, b in answers), answers
     assert [lls[i].scores["acc"] for i in listed] == [nts[i].scores["acc_next_token"] for i in listed]

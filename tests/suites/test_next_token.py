@@ -52,7 +52,8 @@ def test_an_engine_that_lists_tokens_as_text_is_read_by_decoding():
 
 def test_one_prompt_per_question_without_echo_or_prompt_logprobs():
     p = payload("m", [[1, 2, 3], [1, 2, 4]], 20, 1234)
-    assert p["prompt"] == [[1, 2, 3], [1, 2, 4]] and p["max_tokens"] == 1 and p["logprobs"] == 20 and p["temperature"] == 0
+    assert p["prompt"] == [[1, 2, 3], [1, 2, 4]] and p["max_tokens"] == 1 and p["logprobs"] == 20
+    assert p["temperature"] == 0
     assert not p.get("echo") and "prompt_logprobs" not in p
 
 
@@ -91,8 +92,8 @@ def test_a_response_without_top_logprobs_is_an_error_not_a_guess():
 
 
 def _sample(doc_id: int, context: str, acc: float) -> str:
-    return json.dumps({"doc_id": doc_id, "target": 0, "metrics": ["acc"], "acc": acc, "prompt_hash": prompt_hash(context),
-                       "doc_hash": f"d{doc_id}", "filtered_resps": [[-0.1, True], [-math.inf, False]]})
+    return json.dumps({"doc_id": doc_id, "target": 0, "metrics": ["acc"], "acc": acc,
+                       "prompt_hash": prompt_hash(context), "doc_hash": f"d{doc_id}", "filtered_resps": [[-0.1, True], [-math.inf, False]]})
 
 
 def test_samples_of_the_next_token_scoring_say_their_metric_and_how_each_question_was_scored(tmp_path):
