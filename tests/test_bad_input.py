@@ -91,6 +91,20 @@ CASES = [
     ("lm-eval task not in include path",
      cfg(lambda d: d["suites"].append({"kind": "lm_eval", "tasks": ["oe_nope"], "include_path": str(ROOT / "suites/lmeval")})),
      "config", "oe_nope"),
+    ("lm-eval scoring unknown",
+     cfg(lambda d: d["suites"].append({"kind": "lm_eval", "tasks": ["x"], "scoring": ["next_tokens"]})), "config",
+     "suites.1.scoring.0"),
+    ("lm-eval scoring named twice",
+     cfg(lambda d: d["suites"].append({"kind": "lm_eval", "tasks": ["x"], "scoring": ["next_token", "next_token"]})),
+     "config", "names one twice"),
+    ("lm-eval next-token scoring of a generate task",
+     cfg(lambda d: d["suites"].append({"kind": "lm_eval", "tasks": ["oe_addition"], "scoring": ["next_token"],
+                                       "include_path": str(ROOT / "suites/lmeval")})), "config",
+     "suites: lm_eval.scoring: scoring next_token scores multiple-choice answers, and task 'oe_addition' has "
+     "output_type generate_until"),
+    ("lm-eval next-token scoring of a task without a local YAML",
+     cfg(lambda d: d["suites"].append({"kind": "lm_eval", "tasks": ["arc_easy"], "scoring": ["next_token"]})),
+     "config", "task 'arc_easy' has no local task YAML that says its output_type"),
     ("KV cache not whole GiB", cfg(lambda d: d.update(engine={"kv_cache_gib": 1.5})), "config", "engine.kv_cache_gib"),
     ("negative timeout", cfg(lambda d: d.update(engine={"startup_timeout_s": -1})), "config", "engine.startup_timeout_s"),
     ("engine unknown key", cfg(lambda d: d.update(engine={"gpu": True})), "config", "engine.gpu"),
@@ -246,7 +260,8 @@ def test_there_are_at_least_fifty_cases():
     assert len(CASES) >= 50
 
 
-@pytest.mark.parametrize("case", ["misspelled variant key", "item line not JSON", "policy alpha out of range"])
+@pytest.mark.parametrize("case", ["misspelled variant key", "item line not JSON", "policy alpha out of range",
+                                  "lm-eval next-token scoring of a generate task"])
 def test_through_the_cli_exit_2(tmp_path, case):
     _, mutate, _, says = next(c for c in CASES if c[0] == case)
     w = workspace(tmp_path)

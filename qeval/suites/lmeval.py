@@ -5,6 +5,10 @@ doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every an
 SQLite, so a task killed half-way resumes where it stopped; the pipeline gives it one folder per checkpoint.
 What a task is (its file, data and key) lives in lmeval_tasks.py; the check of its data before any engine
 starts in lmeval_preflight.py.
+
+A multiple-choice task is scored the way its entry's `scoring` says, each way its own part: lm-eval's
+loglikelihood (metrics `acc`, ...), and/or qeval's next-token scoring (workers/lmeval_next_token.py: one request
+per question, single-token answers read from the next token's top-k; metric `acc_next_token`).
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ from ..settings import Runtime, Settings
 from ..record.store import Record
 from .base import Checked, ItemSuite, Part, SuiteRun
 from .lmeval_preflight import DataRun, start_check
-from .lmeval_tasks import LmEvalTask, materialize_tasks, resolve_tasks
+from .lmeval_tasks import (LOGLIKELIHOOD, NEXT_TOKEN, NEXT_TOKEN_METRIC, LmEvalTask, materialize_tasks,
+                           resolve_tasks)
 from .spec import LmEvalSuiteRef
 
+NEXT_TOKEN_WORKER = Path(__file__).resolve().parent.parent / "workers" / "lmeval_next_token.py"
+
 def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: list[str], include: Path | None,
-                out: Path, cache: Path, samples: dict[str, list[int]] | None = None) -> list[str]:
+                out: Path, cache: Path, samples: dict[str, list[int]] | None = None,
+                next_token: tuple[Path, int] | None = None) -> list[str]:
+    """lm-eval's command line; `next_token` (its flags file, its top-k): through qeval's next-token worker."""
     if endpoint.tokenizer is None:
         raise ConfigError(f"lm-eval needs a local tokenizer for variant {endpoint.model!r}")
     model_args = ",".join([
@@ -39,7 +48,9 @@ def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: li
         f"num_concurrent={ref.num_concurrent}", "max_retries=5", f"add_bos_token={ref.add_bos_token}",
         "timeout=600", "seed=0",
     ])
-    argv = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args", model_args,
+    head = [str(python), "-m", "lm_eval", "--model", "local-completions"] if next_token is None else \
+        [str(python), str(NEXT_TOKEN_WORKER), str(next_token[0]), str(next_token[1]), "--model", "qeval-next-token"]
+    argv = [*head, "--model_args", model_args,
             "--tasks", ",".join(tasks), "--output_path", str(out), "--log_samples", "--use_cache", str(cache),
             "--batch_size", str(ref.batch_size), "--seed", f"0,1234,1234,{ref.fewshot_seed}"]
     if include is not None:
@@ -63,8 +74,11 @@ def _score(v: object) -> float | None:
     return None
 
 
-def parse_samples(path: Path) -> list[Record]:
-    """One lm-eval samples_*.jsonl -> records. Each metric key listed in `metrics` becomes a score."""
+def parse_samples(path: Path, flags: Mapping[str, dict] | None = None) -> list[Record]:
+    """One lm-eval samples_*.jsonl -> records. Each metric key listed in `metrics` becomes a score. With `flags`
+    (the next-token scoring's, by prompt hash): lm-eval's `acc` alone, as `acc_next_token`, and each record
+    says how its question was scored (`next_token`, or `loglikelihood` where an answer was not one token) and
+    how many of its choices were outside the top-k."""
     records = []
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
@@ -77,24 +91,62 @@ def parse_samples(path: Path) -> list[Record]:
         bad = [m for m, v in scores.items() if v is None]
         if bad:
             raise EngineError(f"{path}:{lineno}: metric(s) {bad} are not finite numbers")
+        extra = {"target": str(s.get("target"))[:500]}
+        if flags is not None:
+            if "acc" not in scores:
+                raise EngineError(f"{path}:{lineno}: the next-token scoring reads lm-eval's acc, and the sample has "
+                                  f"only {sorted(scores)}")
+            scores = {NEXT_TOKEN_METRIC: scores["acc"]}
+            flag = flags.get(s.get("prompt_hash")) or {}
+            extra.update(scoring=flag.get("scoring", "unknown"), outside_top_k=flag.get("outside_top_k", 0))
         resp = s.get("filtered_resps")
         records.append(Record(item_id=str(s["doc_id"]), scores=scores, prompt_hash=s.get("prompt_hash"),
-                              doc_hash=s.get("doc_hash"), response=json.dumps(resp)[:2000],
-                              extra={"target": str(s.get("target"))[:500]}))
+                              doc_hash=s.get("doc_hash"), response=json.dumps(resp)[:2000], extra=extra))
     return records
+
+
+def read_flags(path: Path) -> dict[str, dict]:
+    """The next-token worker's flags file: per prompt hash, its latest entry (a later run's answers win)."""
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            x = json.loads(line)
+            out[x["prompt_hash"]] = x
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut by a kill: the request is asked again and its flag written again
+    return out
 
 
 def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, runtime: Runtime, data_dir: Path,
                work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path,
                samples: dict[str, list[int]] | None = None) -> None:
-    """Run the given tasks in one lm-eval process, then hand each task's records to `sink`. `samples`:
-    per task, the doc indices to evaluate (instead of the suite's limit)."""
+    """Run the given tasks in one lm-eval process per scoring, then hand each task's records to `sink`.
+    `samples`: per task's part name (LmEvalTask.suite), the doc indices to evaluate (instead of the suite's limit)."""
     if not runtime.exists():
         raise MissingEnvError("the lm-eval environment", runtime.location)
     include = materialize_tasks(ref, data_dir, work)
-    out = work / "lmeval-out"
-    argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in tasks], include, out, work / "lmeval-cache",
-                       samples)
+    for scoring in dict.fromkeys(t.scoring for t in tasks):
+        these = [t for t in tasks if t.scoring == scoring]
+        # lm-eval's request cache answers a request by its text alone: each scoring keeps its own
+        suffix = "" if scoring == LOGLIKELIHOOD else f"-{scoring}"
+        out, cache = work / f"lmeval-out{suffix}", work / f"lmeval-cache{suffix}"
+        flags = work / f"lmeval-cache{suffix}.flags.jsonl" if scoring == NEXT_TOKEN else None
+        log = log_path.with_name(f"{log_path.stem}{suffix}{log_path.suffix}")
+        argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in these], include, out, cache,
+                           None if samples is None else {t.name: samples[t.suite] for t in these if t.suite in samples},
+                           next_token=None if flags is None else (flags, ref.next_token_top_k))
+        _run_process(argv, runtime, work, endpoint, log)
+        read = read_flags(flags) if flags is not None else None
+        for t in these:
+            files = sorted(out.rglob(f"samples_{t.name}_*.jsonl"), key=lambda p: p.stat().st_mtime)
+            if not files:
+                raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {log})", variant=endpoint.model)
+            sink(t, parse_samples(files[-1], read))
+
+
+def _run_process(argv: list[str], runtime: Runtime, work: Path, endpoint: Endpoint, log_path: Path) -> None:
     env = runtime.env(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                       OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
     env.pop("OPENAI_API_KEY", None)
@@ -106,11 +158,6 @@ def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint,
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
         raise EngineError(f"lm-eval exited with code {rc} (log: {log_path})", variant=endpoint.model, log_tail=tail)
-    for t in tasks:
-        files = sorted(out.rglob(f"samples_{t.name}_*.jsonl"), key=lambda p: p.stat().st_mtime)
-        if not files:
-            raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {log_path})", variant=endpoint.model)
-        sink(t, parse_samples(files[-1]))
 
 
 def _lmeval_primary(include: Path | None, task: str) -> str:
@@ -138,13 +185,17 @@ def _rows(data_dir: Path, include: Path | None, task: str) -> int | None:
 def resolve(ref: LmEvalSuiteRef, settings, policy, config_file: str = "") -> "LmEvalSuite":
     """A campaign's `kind: lm_eval` entry: its tasks, each one a sequential gate reads cut at its looks (those
     of every rule that gates one of its metrics); lm-eval then runs it in those batches, for the baseline as
-    for every variant. The docs they cut are counted by the data pre-flight (LmEvalSuite.counted)."""
+    for every variant. The docs they cut are counted by the data pre-flight (LmEvalSuite.counted). Each task is
+    a part per scoring the entry names."""
     from ..verdict.rules import rule_for
 
+    scored = [s for base in resolve_tasks(ref, settings.data, config_file)
+              for s in ([base] if LOGLIKELIHOOD in ref.scoring else [])
+              + ([base.next_token(ref.next_token_top_k)] if NEXT_TOKEN in ref.scoring else [])]
     out = []
-    for t in resolve_tasks(ref, settings.data, config_file):
+    for t in scored:
         specs = {(seq.look_every, seq.min_items) for m in t.metrics
-                 if (r := rule_for(policy, f"lm_eval/{t.name}", m)) is not None
+                 if (r := rule_for(policy, t.suite, m)) is not None
                  and (seq := policy.sequential_of(r)) is not None}
         if not specs:
             out.append(t)
@@ -156,6 +207,8 @@ def resolve(ref: LmEvalSuiteRef, settings, policy, config_file: str = "") -> "Lm
     return LmEvalSuite(ref, tuple(out))
 
 
+def _shown(t: LmEvalTask) -> str:
+    return t.suite.removeprefix("lm_eval/")
 def task_cuts(seed: int, key: str, pauses: tuple[int, ...], n: int) -> list[list[int]]:
     """A task's doc indices, in the seeded order, cut at its pauses: lm-eval's --samples per call. Fixed at
     plan time and the same for the baseline and every variant (few-shot prompts depend on them)."""
@@ -168,8 +221,8 @@ def task_cuts(seed: int, key: str, pauses: tuple[int, ...], n: int) -> list[list
 
 @dataclass(frozen=True)
 class LmEvalSuite(ItemSuite):
-    """An `lm_eval` entry: its tasks, each a part, run together in one lm-eval process (a task that
-    sequential gates read: in the batches its looks cut, one process per batch)."""
+    """An `lm_eval` entry: its tasks, each a part per scoring, run together in one lm-eval process per scoring
+    (a task that sequential gates read: in the batches its looks cut, one process per batch)."""
 
     ref: LmEvalSuiteRef
     tasks: tuple[LmEvalTask, ...]
@@ -181,8 +234,11 @@ class LmEvalSuite(ItemSuite):
     @staticmethod
     def _part(t: LmEvalTask) -> Part:
         # its primary metric is known from its records; the ones its metric_list names, now
+        if t.scoring == NEXT_TOKEN:
+            return Part(suite=t.suite, key=t.key, metrics=t.metrics, primary=NEXT_TOKEN_METRIC,
+                        planned=(NEXT_TOKEN_METRIC,), needs_prompt_logprobs=False, needs_token_prompts=True)
         planned = tuple(m for m, spec in t.metrics.items() if spec.source.startswith("task "))
-        return Part(suite=f"lm_eval/{t.name}", key=t.key, metrics=t.metrics, planned=planned,
+        return Part(suite=t.suite, key=t.key, metrics=t.metrics, planned=planned,
                     needs_prompt_logprobs=t.needs_prompt_logprobs, needs_token_prompts=True)
 
     @property
@@ -190,14 +246,15 @@ class LmEvalSuite(ItemSuite):
         return self.ref.num_concurrent
 
     def tally(self) -> dict[str, int]:
-        return {"lm-eval tasks": len(self.tasks)}
+        return {"lm-eval tasks": len({t.name for t in self.tasks})}
 
     def sizes(self, data_dir: Path) -> list[tuple[str, str, int, tuple[str, ...]]]:
         out = []
         for t in self.tasks:
             rows, limit = _rows(data_dir, self.ref.include_path, t.name), self.ref.limit
             n = min(x for x in (rows, limit) if x is not None) if (rows or limit) else 0
-            out.append((f"lm_eval/{t.name}", _lmeval_primary(self.ref.include_path, t.name), n, ()))
+            metric = NEXT_TOKEN_METRIC if t.scoring == NEXT_TOKEN else _lmeval_primary(self.ref.include_path, t.name)
+            out.append((t.suite, metric, n, ()))
         return out
 
     @staticmethod
@@ -215,48 +272,55 @@ class LmEvalSuite(ItemSuite):
             dataclasses.replace(t, n_docs=n_docs.get(t.unbatched_key)) if t.looks else t for t in self.tasks))
 
     def run(self, run: SuiteRun) -> None:
-        """The tasks the store lacks, in one lm-eval process; a task that sequential gates read in its batches
-        (lm-eval's --samples, the same calls for the baseline and every variant, so that few-shot prompts
+        """The tasks the store lacks, in one lm-eval process per scoring; a task that sequential gates read in its
+        batches (lm-eval's --samples, the same calls for the baseline and every variant, so that few-shot prompts
         match), one process per batch, until its gates are decided."""
         ref = self.ref.model_copy(update={"num_concurrent": run.concurrency}) if run.concurrency else self.ref
-        parts = {t.name: self._part(t) for t in self.tasks}
-        todo = [t for t in self.tasks if not run.is_complete(parts[t.name]) and not run.skip(parts[t.name])]
+        parts = {t.suite: self._part(t) for t in self.tasks}
+        todo = [t for t in self.tasks if not run.is_complete(parts[t.suite]) and not run.skip(parts[t.suite])]
         if not todo:
             return
-        cuts = {t.name: task_cuts(run.seed, t.key, t.batches, t.planned_docs) if t.batches else None for t in todo}
-        used: dict[str, set[str]] = {t.name: set(run.done_ids(parts[t.name])) for t in todo}
+        cuts = {t.suite: task_cuts(run.seed, t.key, t.batches, t.planned_docs) if t.batches else None for t in todo}
+        used: dict[str, set[str]] = {t.suite: set(run.done_ids(parts[t.suite])) for t in todo}
 
         def task_sink(t: LmEvalTask, recs: list[Record]) -> None:
-            run.put(parts[t.name], recs)
-            used[t.name] |= {r.item_id for r in recs}
-            if cuts[t.name] is None:
-                run.complete(parts[t.name], len(recs))
+            run.put(parts[t.suite], recs)
+            used[t.suite] |= {r.item_id for r in recs}
+            if cuts[t.suite] is None:
+                run.complete(parts[t.suite], len(recs))
+            if t.scoring == NEXT_TOKEN:
+                outside = sum(1 for r in recs if r.extra.get("outside_top_k"))
+                fell_back = sum(1 for r in recs if r.extra.get("scoring") == LOGLIKELIHOOD)
+                if outside or fell_back:
+                    run.log(f"[{run.variant}] {t.suite}: of {len(recs)} questions, {outside} had a choice outside "
+                            f"the top {ref.next_token_top_k} (scored below every listed token), {fell_back} an "
+                            "answer of more than one token (scored by lm-eval's loglikelihood)")
 
         # lm-eval's request cache answers a request it has seen whatever now serves it: one folder per checkpoint
         # (run.work is the variant key's), so a variant re-made under its name is asked again, a resumed one not
         runtime, data, v = run.settings.vllm, run.settings.data, run.variant
-        plain = [t for t in todo if cuts[t.name] is None]
+        plain = [t for t in todo if cuts[t.suite] is None]
         if plain:
-            with run.step(f"[{v}] lm-eval {', '.join(t.name for t in plain)}"):
+            with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in plain)}"):
                 run_lmeval(ref, plain, run.endpoint, runtime, data, run.work, task_sink, run.logs / f"lmeval-{v}.log")
             for t in plain:
-                run.finished(parts[t.name])
-        going = [t for t in todo if cuts[t.name] is not None]
-        for k in range(max((len(cuts[t.name]) for t in going), default=0)):
+                run.finished(parts[t.suite])
+        going = [t for t in todo if cuts[t.suite] is not None]
+        for k in range(max((len(cuts[t.suite]) for t in going), default=0)):
             if run.stopping():
-                going = [t for t in going if not run.skip(parts[t.name])]
-            samples = {t.name: sorted(i for i in cuts[t.name][k] if str(i) not in used[t.name])
-                       for t in going if k < len(cuts[t.name])}
-            batch = [t for t in going if samples.get(t.name)]
+                going = [t for t in going if not run.skip(parts[t.suite])]
+            samples = {t.suite: sorted(i for i in cuts[t.suite][k] if str(i) not in used[t.suite])
+                       for t in going if k < len(cuts[t.suite])}
+            batch = [t for t in going if samples.get(t.suite)]
             if batch:
-                with run.step(f"[{v}] lm-eval {', '.join(t.name for t in batch)} (batch {k + 1})"):
+                with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in batch)} (batch {k + 1})"):
                     run_lmeval(ref, batch, run.endpoint, runtime, data, run.work / f"batch-{k + 1}", task_sink,
                                run.logs / f"lmeval-{v}-batch-{k + 1}.log",
-                               samples={t.name: samples[t.name] for t in batch})
-            for t in [t for t in going if k < len(cuts[t.name])]:
-                if k == len(cuts[t.name]) - 1 or run.look(parts[t.name]):
-                    run.complete(parts[t.name], len(used[t.name]))
-                    run.finished(parts[t.name])
+                               samples={t.suite: samples[t.suite] for t in batch})
+            for t in [t for t in going if k < len(cuts[t.suite])]:
+                if k == len(cuts[t.suite]) - 1 or run.look(parts[t.suite]):
+                    run.complete(parts[t.suite], len(used[t.suite]))
+                    run.finished(parts[t.suite])
                     going.remove(t)
 
 

@@ -15,11 +15,15 @@ import yaml
 
 from ..errors import ConfigError, MissingEnvError
 from ..hashing import file_hash, key_hash
-from ..record.metrics import MetricSpec
+from ..record.metrics import MetricSpec, indicator
 from ..settings import Settings
 from .spec import LmEvalSuiteRef, Needed
 
 DATA_PLACEHOLDER = "{qeval_data}"
+LOGLIKELIHOOD, NEXT_TOKEN = "loglikelihood", "next_token"
+NEXT_TOKEN_METRIC = "acc_next_token"
+NEXT_TOKEN_SPEC = indicator("qeval's next-token scoring: the choice whose one answer token is likeliest in one "
+                            "next-token top-k, per question")
 
 # lm-eval's own metrics (lm_eval/api/metrics.py): which are per-sample 0/1 indicators, and lm-eval's
 # `higher_is_better` for each; a task's metric_list may restate the direction, and overrides it
@@ -67,17 +71,32 @@ class LmEvalTask:
     # (lm-eval's --samples), and its few-shot prompts depend on them (lm-eval draws examples from one
     # seeded stream in doc order), so they are part of its key
     looks: tuple[tuple[int, int], ...] = ()
-    unbatched_key: str = ""  # the key before the batches entered it (what the data pre-flight keys by)
+    # the key before the batches or a scoring other than lm-eval's entered it (what the data pre-flight keys by)
+    unbatched_key: str = ""
     n_docs: int | None = None  # the docs its data has, where the pre-flight counted them
+    scoring: str = LOGLIKELIHOOD  # LOGLIKELIHOOD: lm-eval's own; NEXT_TOKEN: qeval's (suites/lmeval.py says how)
+
+    @property
+    def suite(self) -> str:
+        """Its part's name: the next-token scoring of a task is a part of its own beside lm-eval's."""
+        return f"lm_eval/{self.name}" + ("" if self.scoring == LOGLIKELIHOOD else f"/{self.scoring}")
+
+    def next_token(self, top_k: int) -> "LmEvalTask":
+        """The task scored by qeval's next-token path: its records under their own key, its one metric declared."""
+        return dataclasses.replace(self, scoring=NEXT_TOKEN, key=f"{self.key}:{NEXT_TOKEN}-top{top_k}",
+                                   unbatched_key=self.unbatched_key or self.key,
+                                   metrics={NEXT_TOKEN_METRIC: NEXT_TOKEN_SPEC})
 
     def in_batches(self, looks: tuple[tuple[int, int], ...]) -> "LmEvalTask":
-        return dataclasses.replace(self, looks=looks, unbatched_key=self.key,
+        return dataclasses.replace(self, looks=looks, unbatched_key=self.unbatched_key or self.key,
                                    key=f"{self.key}:b{key_hash([list(x) for x in looks], 8)}")
 
     @property
     def unbatched(self) -> "LmEvalTask":
-        """The task as its data is read, before batches entered its key (what the data pre-flight keys by)."""
-        return dataclasses.replace(self, key=self.unbatched_key, looks=(), unbatched_key="") if self.looks else self
+        """The task as its data is read, before batches or a scoring entered its key (what the data pre-flight
+        keys by)."""
+        return dataclasses.replace(self, key=self.unbatched_key, looks=(), unbatched_key="",
+                                   scoring=LOGLIKELIHOOD) if self.unbatched_key else self
 
     @property
     def planned_docs(self) -> int | None:
@@ -97,8 +116,9 @@ class LmEvalTask:
 
     @property
     def needs_prompt_logprobs(self) -> bool:
-        # scored from the logprobs of given continuations; an unknown task is assumed to be
-        return self.output_type != "generate_until"
+        # scored from the logprobs of given continuations; an unknown task is assumed to be. The next-token
+        # scoring asks none (an answer of several tokens falls back to lm-eval's path, which does)
+        return self.output_type != "generate_until" and self.scoring == LOGLIKELIHOOD
 
 
 def _task_file(include: Path | None, task: str) -> Path | None:
@@ -195,6 +215,8 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
             content["yaml"] = text
             output_type = next((line.split(":", 1)[1].strip() for line in text.splitlines()
                                 if line.startswith("output_type:")), None)
+            if NEXT_TOKEN in ref.scoring:
+                _check_next_token(name, output_type, text, str(f), config_file)
             hashes = {}
             for data in _data_files(f, data_dir):  # the data behind the task is part of its identity
                 roots = (data_dir.resolve(), f.parent.resolve())
@@ -213,11 +235,32 @@ def resolve_tasks(ref: LmEvalSuiteRef, data_dir: Path, config_file: str = "") ->
             raise ConfigError(f"task {name!r} is not in {ref.include_path} (it may still be an lm-eval built-in,"
                               " but qeval runs lm-eval offline: a task's data must be local files)",
                               file=config_file, where="suites: lm_eval.tasks")
+        elif NEXT_TOKEN in ref.scoring:
+            _check_next_token(name, None, None, None, config_file)
         tasks.append(LmEvalTask(name=name, key=f"lm_eval:{name}:{key_hash(content)}", settings=settings,
                                 output_type=output_type, metrics=task_metrics(name, text, str(f or config_file))))
     return tasks
 
 
+
+
+def _check_next_token(task: str, output_type: str | None, text: str | None, task_file: str | None,
+                      config_file: str) -> None:
+    """The next-token scoring reads a multiple-choice task's choices from one next-token top-k, and lm-eval's `acc`
+    of that: a task of another kind, or one whose metric_list leaves `acc` out, is refused before anything runs."""
+    where = "suites: lm_eval.scoring"
+    if output_type != "multiple_choice":
+        what = f"output_type {output_type}" if output_type else "no local task YAML that says its output_type"
+        raise ConfigError(f"scoring next_token scores multiple-choice answers, and task {task!r} has {what}"
+                          + (f" ({task_file})" if task_file else ""), file=config_file, where=where)
+    try:
+        doc = yaml.load(text, Loader=_TaskLoader) if text else None
+    except yaml.YAMLError:
+        return  # task_metrics names the file
+    names = [e.get("metric") for e in (doc or {}).get("metric_list") or [] if isinstance(e, dict)]
+    if names and "acc" not in names:
+        raise ConfigError(f"scoring next_token reads lm-eval's acc, and task {task!r}'s metric_list has {names} "
+                          f"({task_file})", file=config_file, where=where)
 
 
 def data_needs(ref: LmEvalSuiteRef, settings: Settings, config_file: str = "") -> list[Needed]:

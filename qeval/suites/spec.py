@@ -126,6 +126,17 @@ class LmEvalSuiteRef(SuiteRef):
     apply_chat_template: bool = False
     num_concurrent: int = Field(4, gt=0)
     batch_size: int = Field(8, gt=0)
+    # how a multiple-choice task is scored, each way its own part: "loglikelihood", lm-eval's (one echo request
+    # per choice, with prompt logprobs; metrics `acc`, ...), and/or "next_token", qeval's (one request per
+    # question, the answers' letters read from the next token's top-k; metric `acc_next_token`)
+    scoring: list[Literal["loglikelihood", "next_token"]] = Field(["loglikelihood"], min_length=1)
+    next_token_top_k: int = Field(20, gt=1)  # vLLM serves at most --max-logprobs (20 by default)
+
+    @model_validator(mode="after")
+    def _scorings_once(self) -> "LmEvalSuiteRef":
+        if len(set(self.scoring)) != len(self.scoring):
+            raise ValueError(f"scoring: {self.scoring} names one twice")
+        return self
 
     def located(self, base: Path) -> "LmEvalSuiteRef":
         return self.model_copy(update={"include_path": _located(self.include_path, base)})
