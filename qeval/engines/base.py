@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from .capabilities import Capabilities, MetricNames
+from .capacity import Capacity
 from .registry import ENGINES
 from .spec import EngineSpec, ServedEngineSpec
 
@@ -129,6 +130,11 @@ class Engine(Protocol):
         """What it uses, as far as it can tell (capabilities.memory names the fields it fills)."""
         ...
 
+    def capacity(self) -> Capacity | None:
+        """What the running server holds at once (its KV cache, its max_num_seqs), read once it is up; None where
+        it cannot say (an external endpoint): suites set to `auto` then keep their own number."""
+        ...
+
     def stop(self, grace_s: float | None = None) -> None:
         """End the server: SIGTERM, then SIGKILL after grace_s (None: the engine's own grace). Idempotent."""
         ...
@@ -182,6 +188,9 @@ class EngineBase:
 
     def start(self) -> Endpoint:
         raise NotImplementedError
+
+    def capacity(self) -> Capacity | None:
+        return None
 
     def stop(self, grace_s: float | None = None) -> None:
         raise NotImplementedError

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ConfigError, MissingEnvError
 from ..settings import Runtime
 from .capabilities import ECHO_LOGPROBS, Capabilities
+from .capacity import Capacity
 from .registry import ENGINES
 from .spec import VllmSpec
 from .vllm import METRICS, VllmEngine, vllm_progress
@@ -66,6 +67,9 @@ class FakeEngineSpec(BaseModel):
     # a local fake answers /health at once: its watchdog can look often and give up soon
     watchdog_interval_s: float = Field(0.2, gt=0)
     watchdog_timeout_s: float = Field(1.0, gt=0)
+    # the KV cache it says it holds once up (as vLLM's log does), for tests of suites sized from it; None: it
+    # cannot say, as an external endpoint
+    kv_cache_tokens: int | None = Field(None, gt=0)
 
 
 def read_spec(checkpoint: Path) -> FakeEngineSpec:
@@ -131,6 +135,11 @@ class FakeEngine(VllmEngine):
     @property
     def tokenizer(self) -> None:
         return None  # text prompts only
+
+    def capacity(self) -> Capacity | None:
+        if self.fake.kv_cache_tokens is None:
+            return None
+        return Capacity(kv_tokens=self.fake.kv_cache_tokens, max_num_seqs=self.spec.max_num_seqs or 128)
 
     def start(self):
         self.starts += 1

@@ -15,6 +15,7 @@ from ..errors import EngineError, MissingEnvError
 from ..methods import QUANTIZED, WEIGHT_ONLY, integer_weights_only
 from .base import Endpoint, EngineBase, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
+from .capacity import Capacity
 from .gpu import engine_gpu_memory
 from .process import STOP_GRACE_S, ServerProcess, free_port, stop_grace
 from .registry import ENGINES
@@ -81,6 +82,12 @@ def parse_kv_cache(log: str) -> tuple[int | None, float | None]:
     are the engine's (each token's KV is split over tensor-parallel ranks); the GiB, summed over the ranks."""
     tokens = [int(m.group(1).replace(",", "")) for m in _KV_TOKENS.finditer(log)]
     return (tokens[-1] if tokens else None), _summed_over_ranks(_KV_GIB, log)
+
+
+# vLLM's own max_num_seqs where none is given to its OpenAI server (engine/arg_utils.py): 128 per rank on a CPU,
+# 256 on a GPU (1024 on one of 70 GiB or more; the lower figure, so that an H100's auto-sized suites ask at most
+# what any GPU holds: set max_num_seqs to go higher)
+DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "gpu": 256}
 
 
 def _has_quantization_config(checkpoint: Path | None) -> bool:
@@ -318,6 +325,14 @@ class VllmEngine(EngineBase):
                             gpu_bytes=gpu.bytes if gpu else None,
                             kv_cache_bytes=None if gib is None else int(gib * 2**30), kv_cache_tokens=tokens,
                             model_bytes=parse_model_memory(log))
+
+    def capacity(self) -> Capacity | None:
+        """The KV cache's tokens from the start-up log, and max_num_seqs as set or vLLM's default."""
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        tokens, _ = parse_kv_cache(log)
+        seqs = self.spec.max_num_seqs or DEFAULT_MAX_NUM_SEQS.get(self.spec.device, 256) * (
+            self.spec.tensor_parallel_size if self.spec.device == "cpu" else 1)
+        return Capacity(kv_tokens=tokens, max_num_seqs=seqs)
 
     def stop(self, grace_s: float | None = None) -> None:
         if self.watchdog is not None:

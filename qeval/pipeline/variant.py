@@ -151,9 +151,13 @@ class _Run:
         """Every suite the store lacks, on the running engine; then what the engine holds in memory."""
         p = self.plan
         t_eval = time.monotonic()
+        capacity = engine.capacity()  # read once it is up: what suites set to `auto` are sized from
+        if capacity is not None:
+            self.facts.update(max_num_seqs=capacity.max_num_seqs)
+        used = self.facts.setdefault("concurrency", {})
         run = _SuiteRun(endpoint=endpoint, variant=self.v.name, seed=p.seed, settings=p.settings,
                         timeout_s=p.engine.request_timeout_s, retry_backoff_s=p.engine.retry_backoff_s,
-                        concurrency=p.concurrency, logs=self.logs,
+                        concurrency=p.concurrency, capacity=capacity, used=used, logs=self.logs,
                         # lm-eval's request cache answers a request it has seen whatever now serves it: one
                         # folder per checkpoint (the variant's key), so a variant re-made under its name is asked
                         # again, and a resumed one is not
@@ -239,6 +243,8 @@ class _SuiteRun:
     timeout_s: float
     retry_backoff_s: float
     concurrency: int | None
+    capacity: Any
+    used: dict[str, int]  # the variant's facts' `concurrency`: per part, the requests in flight it ran with
     work: Path
     logs: Path
     vkey: str
@@ -248,6 +254,9 @@ class _SuiteRun:
 
     def done_ids(self, part: Part) -> set[str]:
         return self.sink.done_ids(self.vkey, part.key)
+
+    def used_concurrency(self, part: Part, n: int) -> None:
+        self.used[part.suite] = n
 
     def is_complete(self, part: Part) -> bool:
         return self.sink.is_complete(self.vkey, part.key)

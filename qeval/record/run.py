@@ -72,6 +72,9 @@ class Measured(_Model):
     kv_cache_bytes: Annotated[int | None, SERVED] = None  # as the engine reports it
     kv_cache_tokens: Annotated[int | None, SERVED] = None
     eval_seconds: Annotated[float | None, SERVED] = None
+    # per suite, the requests in flight it was evaluated with (a suite set to `auto`: sized from the engine)
+    concurrency: Annotated[dict[str, int], SERVED] = {}
+    max_num_seqs: Annotated[int | None, SERVED] = None  # what the engine schedules at once (as set, or its default)
     reused: dict[str, int] = {}  # per suite, records another campaign stored under the same keys: not served again
     not_run: dict[str, str] = {}  # per suite skipped because a gate had already failed the variant: why
 

@@ -20,6 +20,7 @@ from ..record.store import Record
 
 if TYPE_CHECKING:
     from ..engines import Endpoint
+    from ..engines.capacity import Capacity
     from ..record.measurements import BaselineDistribution, Distribution, FlipRow, SuiteFlips
     from ..settings import Settings
     from ..verdict.pairing import Paired
@@ -136,10 +137,15 @@ class SuiteRun(Protocol):
     timeout_s: float
     retry_backoff_s: float
     concurrency: int | None  # requests in flight for every suite (the noise floor's); None: each suite's own
+    capacity: "Capacity | None"  # what the engine holds at once, read once it was up (None: it cannot say)
     work: Path  # this variant's folder for a suite's working files (lm-eval's request cache)
     logs: Path
 
     def done_ids(self, part: Part) -> set[str]: ...
+
+    def used_concurrency(self, part: Part, n: int) -> None:
+        """The requests in flight the part is evaluated with (the record says it)."""
+        ...
 
     def is_complete(self, part: Part) -> bool: ...
 
@@ -184,7 +190,7 @@ class Suite(Protocol):
 
     @property
     def concurrency(self) -> int:
-        """Requests in flight, as its campaign entry sets them."""
+        """Requests in flight, as its campaign entry sets them (`auto`: where the engine cannot say)."""
         ...
 
     def tally(self) -> Mapping[str, int]:
@@ -255,6 +261,35 @@ class ItemSuite:
 
     def rekeyed(self, keys: Mapping[str, str]) -> Any:
         return self
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """How many requests a suite keeps in flight: `fixed`, or (auto) as many as the engine holds of its requests,
+    at most `cap`, and `fixed` where the engine cannot say (an external endpoint: the user's number)."""
+
+    fixed: int = 8
+    auto: bool = False
+    cap: int = 256
+
+    @classmethod
+    def of(cls, value: "int | str", cap: int, fallback: int) -> "InFlight":
+        """From a campaign entry's setting: a number, or "auto" (`fallback` where the engine cannot say)."""
+        return cls(fixed=fallback, auto=True, cap=cap) if value == "auto" else cls(fixed=int(value), cap=cap)
+
+
+def requests_in_flight(run: SuiteRun, how: InFlight, parts: Sequence[Part], prompt_tokens: int,
+                       output_tokens: int) -> int:
+    """The requests in flight for `parts` on this run, recorded per part: the run's own where it sets one (the
+    noise floor repeats a shape), else sized from the engine (auto), else the suite's number. `prompt_tokens`
+    and `output_tokens` bound one request (an estimate from above: more in flight than the cache holds only
+    queue, so a bound from above costs nothing a request too many would not)."""
+    from ..engines.capacity import size
+
+    n = run.concurrency or (how.auto and size(run.capacity, prompt_tokens, output_tokens, how.cap)) or how.fixed
+    for part in parts:
+        run.used_concurrency(part, n)
+    return n
 
 
 def run_items(run: SuiteRun, part: Part, items: Sequence[tuple[str, str | None]],

@@ -19,7 +19,7 @@ from ..hashing import file_hash, key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous, indicator
 from ..validation import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
 from ..record.store import Record
-from .base import ItemSuite, Part, SuiteRun, run_items
+from .base import InFlight, ItemSuite, Part, SuiteRun, requests_in_flight, run_items
 from .scorers import Scorer, build_scorer
 from .scorers import ScorerSpec
 from .spec import GenerationSpec
@@ -72,7 +72,18 @@ class CustomSuite(ItemSuite):
     scorers: list[Scorer]
     key: str  # content hash of descriptor + items (+ schema files): the store key
     source: Path | None = None  # the descriptor, named by errors found while scoring
-    concurrency: int = 8  # requests in flight, as the campaign's entry sets them
+    in_flight: InFlight = InFlight(8)  # requests in flight, as the campaign's entry sets them
+
+    @property
+    def concurrency(self) -> int:
+        return self.in_flight.fixed
+
+    def request_tokens(self) -> tuple[int, int]:
+        """One request's tokens bounded from above: the longest prompt at 2 characters a token (text runs 3-4),
+        and the answer's max_tokens."""
+        chars = max((len(it.prompt) if it.prompt is not None else sum(len(str(m.content)) for m in it.messages)
+                     for it in self.items), default=0)
+        return chars // 2 + 1, self.descriptor.generation.max_tokens
 
     @property
     def name(self) -> str:
@@ -106,20 +117,20 @@ class CustomSuite(ItemSuite):
 
     def run(self, run: SuiteRun) -> None:
         (part,) = self.parts
-        concurrency = run.concurrency or self.concurrency
         run_items(run, part, [(it.id, it.group) for it in self.items],
-                  lambda done, put: run_custom(self, run.endpoint, done, put, concurrency=concurrency,
+                  lambda done, put: run_custom(self, run.endpoint, done, put, concurrency=requests_in_flight(
+                                                   run, self.in_flight, [part], *self.request_tokens()),
                                                timeout_s=run.timeout_s, retry_backoff_s=run.retry_backoff_s))
 
     def __reduce__(self):
         # scorers are closures over their specs: a suite travels (pickled) as its specs, rebuilt where it lands
-        return (_rebuilt, (self.descriptor, self.items, self.key, self.source, self.concurrency))
+        return (_rebuilt, (self.descriptor, self.items, self.key, self.source, self.in_flight))
 
 
 def _rebuilt(descriptor: SuiteDescriptor, items: list[Item], key: str, source: Path | None,
-             concurrency: int = 8) -> CustomSuite:
+             in_flight: InFlight = InFlight(8)) -> CustomSuite:
     return CustomSuite(descriptor=descriptor, items=items, scorers=[build_scorer(s) for s in descriptor.scorers],
-                       key=key, source=source, concurrency=concurrency)
+                       key=key, source=source, in_flight=in_flight)
 
 
 def load_items(path: Path) -> list[Item]:
@@ -182,10 +193,10 @@ def _doc_hash(item: Item) -> str:
 
 def resolve(ref, settings, policy, config_file: str = "") -> CustomSuite:
     """A campaign's `kind: custom` entry (CustomSuiteRef)."""
-    return load_suite(ref.path, ref.concurrency)
+    return load_suite(ref.path, InFlight.of(ref.concurrency, ref.max_concurrency, fallback=8))
 
 
-def load_suite(path: Path, concurrency: int = 8) -> CustomSuite:
+def load_suite(path: Path, in_flight: InFlight = InFlight(8)) -> CustomSuite:
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (the suite descriptor)", file=str(path))
@@ -212,7 +223,7 @@ def load_suite(path: Path, concurrency: int = 8) -> CustomSuite:
     items = load_items(items_path)
     key = key_hash(key_parts | {"items": file_hash(items_path)})
     return CustomSuite(descriptor=desc, items=items, scorers=scorers, key=f"custom:{desc.name}:{key}", source=path,
-                       concurrency=concurrency)
+                       in_flight=in_flight)
 
 
 def sample_seeds(item_id: str, samples: int) -> list[int]:

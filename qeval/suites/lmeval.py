@@ -28,12 +28,14 @@ from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..settings import Runtime, Settings
 from ..record.store import Record
-from .base import Checked, ItemSuite, Part, SuiteRun
+from .base import Checked, InFlight, ItemSuite, Part, SuiteRun, requests_in_flight
 from .lmeval_preflight import DataRun, start_check
 from .lmeval_tasks import (LOGLIKELIHOOD, NEXT_TOKEN, NEXT_TOKEN_METRIC, LmEvalTask, materialize_tasks,
                            resolve_tasks)
 from .spec import LmEvalSuiteRef
 
+DEFAULT_CONCURRENCY = 4  # num_concurrent where `auto` finds an engine that cannot say
+LMEVAL_MAX_LENGTH = 2048  # local-completions' max_length: the most tokens of one request, prompt and generation
 NEXT_TOKEN_WORKER = Path(__file__).resolve().parent.parent / "workers" / "lmeval_next_token.py"
 
 def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: list[str], include: Path | None,
@@ -243,7 +245,7 @@ class LmEvalSuite(ItemSuite):
 
     @property
     def concurrency(self) -> int:
-        return self.ref.num_concurrent
+        return DEFAULT_CONCURRENCY if self.ref.num_concurrent == "auto" else self.ref.num_concurrent
 
     def tally(self) -> dict[str, int]:
         return {"lm-eval tasks": len({t.name for t in self.tasks})}
@@ -275,11 +277,14 @@ class LmEvalSuite(ItemSuite):
         """The tasks the store lacks, in one lm-eval process per scoring; a task that sequential gates read in its
         batches (lm-eval's --samples, the same calls for the baseline and every variant, so that few-shot prompts
         match), one process per batch, until its gates are decided."""
-        ref = self.ref.model_copy(update={"num_concurrent": run.concurrency}) if run.concurrency else self.ref
         parts = {t.suite: self._part(t) for t in self.tasks}
         todo = [t for t in self.tasks if not run.is_complete(parts[t.suite]) and not run.skip(parts[t.suite])]
         if not todo:
             return
+        # one request is at most lm-eval's max_length tokens, prompt and generation together (it cuts the prompt)
+        how = InFlight.of(self.ref.num_concurrent, self.ref.max_concurrency, fallback=DEFAULT_CONCURRENCY)
+        n = requests_in_flight(run, how, [parts[t.suite] for t in todo], LMEVAL_MAX_LENGTH, 0)
+        ref = self.ref.model_copy(update={"num_concurrent": n})
         cuts = {t.suite: task_cuts(run.seed, t.key, t.batches, t.planned_docs) if t.batches else None for t in todo}
         used: dict[str, set[str]] = {t.suite: set(run.done_ids(parts[t.suite])) for t in todo}
 

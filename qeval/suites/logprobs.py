@@ -28,7 +28,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..record.store import Record
-from .base import Looks, Pairing, Part, SuiteRun, View, nothing_to_check, run_items
+from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
 from .spec import LogprobsSuiteRef
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ class LogprobsSuite:
     chunks: list[str]
     top_k: int
     key: str
+    in_flight: InFlight = InFlight(4)  # chunks in flight, as the campaign's entry sets them
 
     @property
     def suite(self) -> str:
@@ -61,7 +62,7 @@ class LogprobsSuite:
 
     @property
     def concurrency(self) -> int:
-        return CONCURRENCY
+        return self.in_flight.fixed
 
     def tally(self) -> dict[str, int]:
         return {"logprobs suites": 1}
@@ -73,10 +74,13 @@ class LogprobsSuite:
 
     def run(self, run: SuiteRun) -> None:
         (part,) = self.parts
-        concurrency = run.concurrency or CONCURRENCY
+        # one request: the longest chunk at 2 characters a token (text runs 3-4), and the one token generated
+        longest = max((len(c) for c in self.chunks), default=0)
         run_items(run, part, [(f"{i:04d}", None) for i in range(len(self.chunks))],
                   lambda done, put: run_logprobs(self, run.endpoint, done, put, timeout_s=run.timeout_s,
-                                                 retry_backoff_s=run.retry_backoff_s, concurrency=concurrency),
+                                                 retry_backoff_s=run.retry_backoff_s,
+                                                 concurrency=requests_in_flight(run, self.in_flight, [part],
+                                                                                longest // 2 + 1, 1)),
                   note=" (prompt logprobs)")
 
     def views(self, part: Part, base: list[Record], cand: list[Record]) -> tuple[View, ...]:
@@ -163,7 +167,8 @@ def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> Logprob
         raise ConfigError(f"corpus {ref.corpus} is too short for {ref.chunk_chars}-character chunks",
                           file=config_file, where="suites: logprobs")
     key = key_hash({"chunks": stable_hash(chunks), "top_k": ref.top_k, "name": ref.name})
-    return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}")
+    return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}",
+                         in_flight=InFlight.of(ref.concurrency, ref.max_concurrency, fallback=CONCURRENCY))
 
 
 def _route(endpoint: Endpoint) -> PromptLogprobsRoute:

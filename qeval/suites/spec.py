@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,12 @@ class GenerationSpec(Strict):
                              f"{self.samples} times)")
         return self
 
+
+# requests in flight: a number, or "auto", sized from what the engine holds once it is up (its KV cache's tokens
+# over one request's, its max_num_seqs) and at most the entry's max_concurrency; where the engine cannot say
+# (an external endpoint), the entry's default number. Neither enters a key: requests in flight change no result
+Concurrency = Annotated[int, Field(gt=0, le=4096)] | Literal["auto"]
+MaxConcurrency = Annotated[int, Field(gt=0, le=4096)]
 
 # -- suite references (in the campaign file) ------------------------------------------------------------
 
@@ -103,7 +109,8 @@ class CustomSuiteRef(SuiteRef):
     RESOLVER: ClassVar[str] = "qeval.suites.custom:resolve"
     kind: Literal["custom"]
     path: Path  # the suite's YAML descriptor
-    concurrency: int = Field(8, gt=0, le=1024)  # requests in flight: enough to keep the server's batch full
+    concurrency: Concurrency = 8  # requests in flight: enough to keep the server's batch full
+    max_concurrency: MaxConcurrency = 256  # the most `auto` sends
 
     def located(self, base: Path) -> "CustomSuiteRef":
         return self.model_copy(update={"path": _located(self.path, base)})
@@ -124,7 +131,8 @@ class LmEvalSuiteRef(SuiteRef):
     fewshot_seed: int = 1234
     add_bos_token: bool = True  # measured: without BOS, local-completions disagrees with the HF reference
     apply_chat_template: bool = False
-    num_concurrent: int = Field(4, gt=0)
+    num_concurrent: Concurrency = 4  # requests in flight (lm-eval's own setting)
+    max_concurrency: MaxConcurrency = 256  # the most `auto` sends
     batch_size: int = Field(8, gt=0)
     # how a multiple-choice task is scored, each way its own part: "loglikelihood", lm-eval's (one echo request
     # per choice, with prompt logprobs; metrics `acc`, ...), and/or "next_token", qeval's (one request per
@@ -159,6 +167,8 @@ class LogprobsSuiteRef(SuiteRef):
     chunks: int = Field(32, gt=1)
     chunk_chars: int = Field(1200, ge=100)
     top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
+    concurrency: Concurrency = 4  # chunks in flight: each a whole prompt scored at once
+    max_concurrency: MaxConcurrency = 256  # the most `auto` sends
 
     def located(self, base: Path) -> "LogprobsSuiteRef":
         if self.corpus == "pydoc":
