@@ -233,6 +233,10 @@ heat map of each grid is `grid-<variant>.png` beside this report (inline in repo
 {% for v in r.variants -%}
 | {{ v.name }} | {% for s in suites %}{{ score(v, s) }} | {% endfor %}
 {% endfor %}
+{% for v in r.variants if v.concurrency %}{% if loop.first %}Requests in flight per suite (a suite set to `auto`: sized from the engine's KV cache and max_num_seqs):
+
+{% endif %}- {{ v.name }}: {% for s, c in v.concurrency.items() %}{{ s }} {{ c }}{{ "; " if not loop.last else "" }}{% endfor %}{% if v.max_num_seqs %} (its engine: max_num_seqs {{ v.max_num_seqs }}{% if v.kv_cache_tokens %}, KV cache {{ "{:,}".format(v.kv_cache_tokens) }} tokens{% endif %}){% endif %}
+{% endfor %}
 {% if not probed %}{{ look.figure("tradeoff") }}
 {% endif %}
 ## Provenance
