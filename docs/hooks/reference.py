@@ -243,7 +243,8 @@ SAID = {
     "LmEvalSuiteRef.num_fewshot": "lm-eval's num_fewshot; None: the task's own",
     "LmEvalSuiteRef.fewshot_seed": "lm-eval's few-shot sampling seed",
     "LmEvalSuiteRef.apply_chat_template": "prompts through the model's chat template",
-    "LmEvalSuiteRef.num_concurrent": "requests lm-eval keeps in flight",
+    "LmEvalSuiteRef.num_concurrent": "requests lm-eval keeps in flight, or `auto`: sized from the engine "
+                                     "(see Latency and memory)",
     "LmEvalSuiteRef.batch_size": "lm-eval's batch size",
     "LogprobsSuiteRef.name": "the suite's name: its metrics are logprobs/NAME/...",
     "LogprobsSuiteRef.chunks": "text chunks sent",
@@ -282,6 +283,9 @@ SAID = {
     "VariantResult.engine_rss_bytes": "the engine's process-tree RSS",
     "VariantResult.kv_cache_tokens": "as the engine reports it",
     "VariantResult.eval_seconds": "the engine busy with suites (start and probe apart)",
+    "VariantResult.concurrency": "per suite, the requests in flight it was evaluated with",
+    "VariantResult.max_num_seqs": "sequences the engine schedules at once, as set or its default (what `auto` "
+                                  "is bounded by)",
     "VariantResult.status": "ok, error, skipped, or partial (cut while being evaluated)",
     "VariantResult.error": "why it could not be evaluated",
     "VariantResult.suites": "one summary per suite: its key, n, primary metric and means",

@@ -263,7 +263,7 @@ def prior_facts(data: dict[str, Any]) -> dict[str, Measured]:
     """Per variant key, the facts an earlier record (as read from JSON) measured while serving the variants it
     finished (Measured.served), those it has set only. Keyed by variant key, which names the checkpoint and
     the engine settings."""
-    return {v["key"]: Measured.model_validate({f: v[f] for f in Measured.served() if v.get(f) not in (None, "")})
+    return {v["key"]: Measured.model_validate({f: v[f] for f in Measured.served() if v.get(f) not in (None, "", {})})
             for v in data.get("variants", []) if v.get("status") == "ok" and v.get("key")}
 
 

@@ -55,7 +55,8 @@ def test_the_record_says_the_requests_in_flight_of_each_variant_and_suite(tmp_pa
     run_json = json.loads((tmp_path / "runs" / "conc" / "run.json").read_text())
     assert {v["name"]: v["concurrency"] for v in run_json["variants"]} == {n: c for n, (c, _) in got.items()}
     report = (tmp_path / "runs" / "conc" / "report.md").read_text()
-    assert "- base: custom/facts 11; custom/sums 3 (its engine: max_num_seqs 16)\n- w: custom/facts 8; custom/sums 3\n" in report
+    assert ("- base: custom/facts 11; custom/sums 3 (its engine: max_num_seqs 16)\n"
+            "- w: custom/facts 8; custom/sums 3\n") in report
 
 
 def test_auto_changes_no_key_and_no_record(tmp_path):
