@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MissingEnvError
 from .base import ServedVariant
 from .capabilities import Capabilities
+from .capacity import Capacity
 from .registry import ENGINES
 from .spec import TrtllmSpec
 from .vllm import VllmEngine
@@ -57,6 +58,10 @@ class TrtllmEngine(VllmEngine):
             return ("backend tensorrt serves a built engine: use quantizer: trtllm (method fp8), or method: "
                     "checkpoint with an engine folder", "engine.kind")
         return None
+
+    def capacity(self) -> Capacity | None:
+        """Its batch as set (max_batch_size); its KV cache is not read: None where it was not set."""
+        return Capacity(max_num_seqs=self.spec.max_batch_size) if self.spec.max_batch_size else None
 
     def missing_runtime(self) -> MissingEnvError:
         return MissingEnvError("the TensorRT-LLM environment", self.runtime.location,

@@ -28,3 +28,27 @@ def test_size_takes_the_least_of_cache_scheduler_and_cap(capacity, prompt, outpu
 @pytest.mark.parametrize("capacity", [None, Capacity()])
 def test_an_engine_that_cannot_say_sizes_nothing(capacity):
     assert size(capacity, 100, 10, 256) is None
+
+
+def test_an_engine_says_what_its_settings_fix(tmp_path):
+    """vLLM's max_num_seqs as set, else its default for its OpenAI server (128 a CPU rank); TensorRT-LLM's
+    max_batch_size where set, else nothing; an external endpoint nothing."""
+    from qeval.config import VariantSpec
+    from qeval.engines.external import ExternalEngine
+    from qeval.engines.spec import ExternalSpec, TrtllmSpec, VllmSpec
+    from qeval.engines.trtllm import TrtllmEngine
+    from qeval.engines.vllm import VllmEngine
+    from qeval.settings import Settings
+
+    settings, v = Settings(cache=tmp_path / "cache"), VariantSpec(name="v", method="bf16")
+
+    def made(cls, spec):
+        return cls(variant=v, checkpoint=tmp_path, spec=spec, settings=settings, log_dir=tmp_path)
+
+    assert made(VllmEngine, VllmSpec()).capacity() == Capacity(kv_tokens=None, max_num_seqs=128)
+    assert made(VllmEngine, VllmSpec(max_num_seqs=32)).capacity().max_num_seqs == 32
+    assert made(TrtllmEngine, TrtllmSpec(device="gpu", max_batch_size=64)).capacity() == Capacity(max_num_seqs=64)
+    assert made(TrtllmEngine, TrtllmSpec(device="gpu")).capacity() is None
+    ext = VariantSpec(name="e", method="external", endpoint="http://127.0.0.1:1/v1", served_model="m")
+    assert ExternalEngine(variant=ext, checkpoint=None, spec=ExternalSpec(), settings=settings,
+                          log_dir=tmp_path).capacity() is None
