@@ -163,7 +163,8 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                                  gated_only=True)[0]
     figures = floor_figures(comparisons, {(part.suite, m): spec.floor_figure for part in p.parts()
                                           for m, spec in part.metrics.items()})
-    concurrency = suite_concurrency(p)
+    # the baseline's requests in flight as its record says them (a suite set to `auto`: as sized from its engine)
+    concurrency = {**suite_concurrency(p), **(base_res.concurrency if base_res is not None else {})}
     return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
                       baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
                       within=within_floor([c for c in compared if c.variant != name], figures))
