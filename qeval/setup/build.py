@@ -81,7 +81,7 @@ def inherit_sites(base_python: str, python: Path, log: Path) -> None:
 
 
 _VERSIONS = ("import json, importlib.metadata as m; "
-             "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version for d in m.distributions()}))")
+             "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
 
 
 def lacking(lock: Path, python: Path, log: Path) -> Path:
@@ -91,11 +91,11 @@ def lacking(lock: Path, python: Path, log: Path) -> Path:
     out = subprocess.run([str(python), "-c", _VERSIONS], capture_output=True, text=True, env=clean_env())
     if out.returncode != 0:
         raise SetupError("list installed versions", log, out.stderr.strip()[-500:])
-    have = {n: v.split("+")[0] for n, v in json.loads(out.stdout).items()}
+    have = {stamp.normalize(n): v for n, v in json.loads(out.stdout).items()}
     kept = []
     for line in lock.read_text().splitlines():
         name, _, version = line.split("#")[0].strip().partition("==")
-        if not version or have.get(name.lower().replace("_", "-")) != version.strip():
+        if not version or not stamp.holds(have, {name: version.strip()}):
             kept.append(line)
     filtered = log.with_suffix(f".{lock.name}")
     filtered.write_text("\n".join(kept) + "\n")
