@@ -184,6 +184,9 @@ class Comparison(_Model):
     mde: float | None = None  # smallest drop this suite detects at the rule's alpha and beta (design)
     power_method: str | None = None
     mde_observed: float | None = None  # the same from this run's paired variance (after the run)
+    # Cohen's d_z: the mean of the per-item differences (variant - baseline) over their sd; None where they do
+    # not vary or fewer than two items pair (MLflow's `effect_size`)
+    effect_size: float | None = None
 
 
 class NoiseFloor(_Model):

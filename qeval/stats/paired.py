@@ -44,6 +44,18 @@ def flips(base: np.ndarray, cand: np.ndarray) -> Flips:
                  both=int((b & c).sum()), neither=int((~b & ~c).sum()))
 
 
+def effect_size_dz(base: np.ndarray, cand: np.ndarray) -> float | None:
+    """Cohen's d_z of the paired differences (variant - baseline): their mean over their standard deviation
+    (n - 1 in the denominator), the standardised effect MLflow's paired comparison reports as `effect_size`.
+    None where it is undefined: fewer than two items, or differences that do not vary. Differences equal up
+    to floating-point noise count as not varying: their sd is rounding error, and d_z would be its reciprocal."""
+    b, c = as_pair(base, cand)
+    d = c - b
+    if len(d) < 2 or np.allclose(d, d[0], rtol=1e-9, atol=1e-12):
+        return None
+    return float(d.mean() / d.std(ddof=1))
+
+
 @dataclass(frozen=True)
 class TestResult:
     method: str

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..record.metrics import MetricSpec
 from ..record.run import Comparison
-from ..stats import (adjust, clustered, clustered_mean_delta, design_effect, flips, mcnemar_exact,
+from ..stats import (adjust, clustered, clustered_mean_delta, design_effect, effect_size_dz, flips, mcnemar_exact,
                      mean_delta, observed_power, paired_bootstrap_ci, paired_proportion_ci, planned_power,
                      sign_flip_permutation, wilcoxon)
 from .pairing import Paired
@@ -66,7 +66,8 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
                       interval_method=method, confidence=conf, t_ci_low=t.ci_low, t_ci_high=t.ci_high,
                       n_groups=len(set(p.groups)) if grouped else None, binary=binary,
                       higher_is_better=spec.higher_is_better, mde=power.mde,
-                      power_method=power.method, mde_observed=seen.mde, **extra)
+                      power_method=power.method, mde_observed=seen.mde,
+                      effect_size=effect_size_dz(base, cand), **extra)
 
 
 def adjust_all(comparisons: list[Comparison], method: str) -> list[Comparison]:

@@ -161,3 +161,27 @@ def test_compiled_draws_leave_out_and_list_the_rejected_ones():
             want_sums[k // size] += d[w * 7 >> 32]
     assert rejected[:nrej].tolist() == want_rej and 300 < nrej < 700
     assert sums == pytest.approx(want_sums, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_effect_size_dz_is_the_mean_difference_over_its_sd(seed):
+    from qeval.stats import effect_size_dz
+
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.6, 0.2, 80)
+    cand = base + rng.normal(-0.03, 0.1, 80)
+    d = cand - base
+    assert effect_size_dz(base, cand) == pytest.approx(np.mean(d) / np.std(d, ddof=1), rel=1e-12)
+    b, c = binary_pair(150, 0.6, 0.2, seed)  # 0/1 scores: the same formula over differences in {-1, 0, 1}
+    assert effect_size_dz(b, c) == pytest.approx(np.mean(c - b) / np.std(c - b, ddof=1), rel=1e-12)
+    assert effect_size_dz(cand, base) == pytest.approx(-effect_size_dz(base, cand))  # variant - baseline
+
+
+def test_effect_size_dz_is_none_where_undefined():
+    from qeval.stats import effect_size_dz
+
+    x = np.array([0.1, 0.7, 0.3])
+    assert effect_size_dz(x, x) is None  # no difference at all
+    assert effect_size_dz(x, x + 0.2) is None  # a constant shift: its sd is rounding noise, not a spread
+    assert effect_size_dz(np.array([0.0]), np.array([1.0])) is None  # one item has no sd
+    assert effect_size_dz(np.array([0.0, 0.0]), np.array([1.0, 0.0])) == pytest.approx(0.5 / np.std([1, 0], ddof=1))

@@ -123,3 +123,5 @@ def test_grouped_items_count_as_groups_in_power_when_the_plan_says_how_correlate
     assert icc.mde == pytest.approx(want) and icc.mde > iid * np.sqrt(2)
     assert "clustered (40 groups" in icc.power_method
     assert plain.mde_observed == icc.mde_observed > mde(120, float(np.std(cand - base, ddof=1))).mde
+    d = cand - base  # the effect size is per item, whatever the groups
+    assert plain.effect_size == icc.effect_size == pytest.approx(np.mean(d) / np.std(d, ddof=1))
