@@ -17,10 +17,11 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..methods import scheme_params
-from ..record.run import RunRecord
+from ..record.run import RunRecord, VariantResult
 from ..record.measurements import Grid, metric_segment
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
+from .compare import compare_artifact, compare_prefix, compared, comparisons_of, shown_verdict
 from .spec import default_tracking_uri  # noqa: F401  (where callers have always found it)
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
@@ -46,8 +47,7 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     for s in v.suites:
         for metric, value in s.means.items():
             m[metric_name("quality", s.suite, metric)] = value
-    aa = record.noise_floor.comparisons if record.noise_floor is not None else []
-    for c in (c for c in [*record.comparisons, *aa] if c.variant == name):
+    for c in comparisons_of(record, name):
         for label, value in (("delta", c.delta), ("ci_low", c.ci_low), ("ci_high", c.ci_high), ("p", c.p_value),
                              ("p_holm", c.p_adjusted), ("flip_rate", c.flip_rate)):
             if value is not None:
@@ -84,6 +84,32 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     if v.probe and v.probe.saturation_concurrency is not None:
         m["perf/saturation_concurrency"] = float(v.probe.saturation_concurrency)
     return m | grid_metrics(v.grid)
+
+
+def compare_metrics(record: RunRecord, name: str, baseline_run_id: str) -> dict[str, float]:
+    """MLflow's comparison keys (tracking/compare.py): compare/<baseline's run id[:8]>/<suite>/<metric>/<stat>,
+    e.g. compare/1a2b3c4d/lm_eval/oe_arc_easy/acc/diff, for each of the variant's comparisons."""
+    prefix = compare_prefix(baseline_run_id)
+    return {metric_name(prefix, c.suite, c.metric, stat): value for c, figures in compared(record, name)
+            for stat, value in figures.items()}
+
+
+def variant_params(v: VariantResult) -> dict[str, Any]:
+    """What made and served the variant, as MLflow params: its method and scheme, recipe and checkpoint, and
+    (evaluated) its engine and the requests in flight each suite ran with (concurrency.<suite>, a suite set to
+    `auto` as sized from the engine) beside the engine's max_num_seqs."""
+    out = {"method": v.method, **scheme_params(v.method, v.recipe, v.dtype),
+           **({"dtype": v.dtype} if v.dtype else {}),
+           **({"kv_cache_dtype": v.kv_cache_dtype} if v.kv_cache_dtype else {}),
+           **{f"recipe.{k}": v2 for k, v2 in v.shown_recipe().items()},  # a param: 6,000 characters at most
+           **{f"checkpoint.{k}": v2 for k, v2 in v.scheme.items()}}  # what its config declares
+    if v.status == "ok":  # a variant not (yet) evaluated has no engine or checkpoint to name
+        out |= {"engine": v.engine, "engine_version": v.engine_version,
+                "checkpoint_hash": v.checkpoint_hash or ""}
+    out |= {f"concurrency.{metric_name(suite)}": n for suite, n in v.concurrency.items()}
+    if v.max_num_seqs is not None:
+        out["max_num_seqs"] = v.max_num_seqs
+    return out
 
 
 def grid_metrics(grid: Grid | Mapping[str, Any] | None) -> dict[str, float]:
@@ -180,27 +206,28 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     children: dict[str, str] = {}
     flips_path = run_dir / "flips.parquet"
     flips = pd.read_parquet(flips_path) if flips_path.exists() else None
+    # every variant's run first: a variant's comparison keys name its baseline's run id
+    runs = {v.name: kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
+            for v in record.variants}
+    base = next((runs[v.name].info.run_id for v in record.variants if v.role == "baseline"), None)
     with tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
-            child = kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
+            child = runs[v.name]
             cid = child.info.run_id
             children[v.name] = cid
-            vparams = {"method": v.method, **scheme_params(v.method, v.recipe, v.dtype),
-                       **({"dtype": v.dtype} if v.dtype else {}),
-                       **({"kv_cache_dtype": v.kv_cache_dtype} if v.kv_cache_dtype else {}),
-                       **{f"recipe.{k}": v2 for k, v2 in v.shown_recipe().items()},  # a param: 6,000 characters at most
-                       **{f"checkpoint.{k}": v2 for k, v2 in v.scheme.items()}}  # what its config declares
-            if v.status == "ok":  # a variant not (yet) evaluated has no engine or checkpoint to name
-                vparams |= {"engine": v.engine, "engine_version": v.engine_version,
-                            "checkpoint_hash": v.checkpoint_hash or ""}
+            vparams = variant_params(v)
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
-                     "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline"
-                                                          else "NOISE_FLOOR" if v.role == "noise" else "NOT_EVALUATED"),
+                     "qeval.verdict": shown_verdict(record, v),
                      **({"qeval.simulated": v.simulated} if v.simulated else {})}  # why: its perf figures are not its own
-            _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
-                    now)
-            if v.status == "ok" and items_file(run_dir, v.name).exists():
+            figures = variant_metrics(record, v.name) | (compare_metrics(record, v.name, base) if base else {})
+            _upsert(client, child, vparams, vtags, figures, probe_history(record, v.name), now)
+            items = v.status == "ok" and items_file(run_dir, v.name).exists()
+            if items:
                 client.log_artifact(cid, str(items_file(run_dir, v.name)), "items")
+            if base and v.role != "baseline" and comparisons_of(record, v.name):  # overwritten: it follows the record
+                client.log_dict(cid, compare_artifact(record, v.name, base, cid,
+                                                      f"items/{items_file(run_dir, v.name).name}" if items else None),
+                                f"{compare_prefix(base)}.json")
             # MLflow's table view (the UI shows it as a table); log_table appends to an existing file: once a run
             if v.flips and flips is not None and "flips.json" not in {a.path for a in client.list_artifacts(cid)}:
                 mine = flips[flips.variant == v.name].drop(columns=["variant"])
