@@ -168,3 +168,30 @@ def test_params_and_keys_are_names_mlflow_takes():
     assert art["scorers"]["lm_eval/arc:easy/acc,none"]["effect_size"] is None  # JSON has no NaN
     assert art["scorers"]["lm_eval/arc:easy/acc,none"]["verdict"] == "NOT_GATED" and art["interval"] == INTERVAL
     json.dumps(art, allow_nan=False)
+
+
+def test_the_noise_floor_and_older_records_get_the_keys_too():
+    """Records earlier qeval versions wrote (no effect size) log what they have; the A/A of the noise floor is
+    compared with the baseline as a variant is, never gated."""
+    from pathlib import Path
+
+    from qeval.record.run import RunRecord
+
+    records = [RunRecord.load(p) for p in sorted((Path(__file__).resolve().parents[1] / "fixtures" / "records")
+                                                 .glob("*.json"))]
+    floors = [r for r in records if r.noise_floor is not None and r.noise_floor.comparisons]
+    assert floors
+    for rec in records:
+        for v in rec.variants:
+            m = compare_metrics(rec, v.name, "abcdef0123456789")
+            mine = [c for c in [*rec.comparisons, *(rec.noise_floor.comparisons if rec.noise_floor else [])]
+                    if c.variant == v.name]
+            assert {k.rsplit("/", 1)[0] for k in m if k.endswith("/diff")} == \
+                {metric_name("compare", "abcdef01", c.suite, c.metric) for c in mine}
+            assert not any(k.endswith("/effect_size") for k in m)  # these records predate it
+    for rec in floors:
+        aa = rec.noise_floor.variant
+        art = compare_artifact(rec, aa, "abcdef0123456789", "aa-run")
+        assert art["verdict"] == "NOISE_FLOOR" and art["scorers"]
+        assert {s["verdict"] for s in art["scorers"].values()} == {"NOT_GATED"}
+        assert not any(k.endswith(("/gate_pass", "/margin")) for k in compare_metrics(rec, aa, "abcdef0123456789"))
