@@ -231,7 +231,9 @@ class GateResult(_Model):
     action: Literal["fail", "warn"]
     verdict: GateVerdict
     reason: str = ""
-    finding: GateFinding | None = None  # None: a record written before gates named their findings
+    # what the data showed, beside the verdict: a FAIL is shown_worse (worse than the margin) or not_shown_within
+    # (not shown within it), and so on (the statistics guide's table); None in a record written before findings
+    finding: GateFinding | None = None
 
 
 class RunRecord(_Model):
