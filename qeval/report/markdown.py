@@ -436,7 +436,8 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         floor_rows=floor_rows(nf.figures, r.comparisons, nf.within, floor_variants) if nf else [],
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         flipped=any(v.flips for v in r.variants), keep=KEEP,
-        saved=savings(r), used=items_cell, stopped=stopped_at, said=lambda g: qualifier(g, r.inconclusive), dur=duration, num=lambda k: f"{k:,}",
+        saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
+        said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash

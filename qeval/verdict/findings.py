@@ -3,8 +3,8 @@
 One verdict can rest on different findings: a non-inferiority FAIL is either "worse than the margin" (the
 upper bound below -margin: the variant is clearly worse) or "not shown within the margin" (the interval
 straddles -margin: more items might yet show it within), and a reader acts on the two differently. The
-verdict line, the reports, JUnit and MLflow all read these words from here, so each says the same. Pure:
-a gate result in, a string out.
+verdict line, the reports, JUnit's messages and a variant's log read these words from here, so each says the
+same; JUnit's failure type and MLflow's tags give the finding's name. Pure: a gate result in, a string out.
 """
 
 from __future__ import annotations
