@@ -92,11 +92,12 @@ def verdict_table(record) -> Table:
 
             t.add_row(g.variant, f"{g.suite}/{g.metric}", perf_value(g.metric, g.base_mean),
                       perf_value(g.metric, g.variant_mean),
-                      _num(g.delta, ".3f") + "x", "", g.margin_spec, "", g.verdict)
+                      _num(g.delta, ".3f") + "x", "", g.margin_spec, "", stopped_at(g))
             continue
         t.add_row(g.variant, f"{g.suite}/{g.metric}", _num(g.base_mean, ".3f"), _num(g.variant_mean, ".3f"),
                   _num(g.delta, "+.3f"), _num(g.lower_bound, "+.3f"), f"-{g.margin:.3f}", _num(g.mde, ".3f"),
-                  stopped_at(g))  # a sequential gate: "FAIL at 100 of 400 items (gsd)"
+                  # "FAIL (worse than the margin)"; a sequential gate: "... at 100 of 400 items (gsd)"
+                  stopped_at(g, record.inconclusive))
     for name, v in record.verdicts.items():
         t.add_row(name, "(variant verdict)", "", "", "", "", "", "", f"[bold]{v}[/]")
     return t

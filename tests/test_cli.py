@@ -120,7 +120,7 @@ def test_run_prints_where_each_sequential_gate_stopped_and_the_items_saved(stopp
     assert r.returncode == 1, r.stderr  # bad FAILs
     rows = {tuple(c.strip() for c in line.strip("│┃").split("│")[:2]): line for line in r.stdout.splitlines()
             if line.startswith("│")}
-    assert "FAIL at 100 of 400 items (gsd)" in rows[("bad", "custom/facts/contains")]
+    assert "FAIL (worse than the margin) at 100 of 400 items (gsd)" in rows[("bad", "custom/facts/contains")]
     assert "PASS at 200 of 400 items (gsd)" in rows[("same", "custom/sums/numeric")]
     assert rows[("bad", "custom/sums/numeric")].rstrip(" │").endswith("NOT_RUN")
     lines = r.stdout.splitlines()

@@ -65,7 +65,7 @@ def test_an_undeclared_direction_fails_the_gate_and_asks_for_one():
     c = compare_metric("v", "lm_eval/t", "score", True, _paired(b, b + 0.01, "score"), GateRule(), GatePolicy(),
                        spec=UNDECLARED)
     [g] = evaluate(GatePolicy(), [c], ["v"])
-    assert g.verdict == "FAIL" and "direction" in g.reason
+    assert g.verdict == "FAIL" and "direction" in g.reason and g.finding == "undirected"
     [g] = evaluate(GatePolicy(rules=[GateRule(direction="higher")]), [c], ["v"])
     assert g.verdict == "PASS"
 

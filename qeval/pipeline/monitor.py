@@ -112,8 +112,11 @@ class Monitor:
             return False
         for m in look.failed:
             self.failed = self.failed or f"{sk.suite}/{m}"
-        done = [f"{m} {r.verdict} at {r.items_used} of {r.n_planned}" for m, r in look.results.items()
-                if r is not None and r.verdict != "UNDECIDED"]
+        from ..verdict.findings import WORDS
+
+        # "contains FAIL (worse than the margin) at 100 of 400": what the deciding look showed, as the reports say it
+        done = [f"{m} {r.verdict}{'' if r.verdict == 'PASS' else f' ({WORDS[r.finding]})'} at {r.items_used} of "
+                f"{r.n_planned}" for m, r in look.results.items() if r is not None and r.verdict != "UNDECIDED"]
         if look.settled:
             self.log(f"[{self.plan.name}] {sk.suite}: settled ({'; '.join(done)}): the rest is not evaluated")
             return True

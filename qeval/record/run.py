@@ -21,6 +21,15 @@ SCHEMA_VERSION = 3
 Status = Literal["ok", "error", "skipped", "partial"]
 # NOT_RUN: a gate whose suite was skipped because the variant had already failed (stop_variant_on_fail)
 GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED", "NOT_RUN"]
+# what a gate's data showed, beside its verdict (qeval/verdict/findings.py has the words): an interval's
+# finding (qeval/stats/decisions.py, and a sequential gate's futile and undecided), then the gate's own:
+# exact_test_not_confirmed (the interval passed, the exact test did not), undirected (no direction declared),
+# missing (a required metric the campaign lacks), not_run (the suite was skipped), and a performance rule's
+# ratio_met, ratio_missed, not_measured, simulated (the dense model's figures, not the scheme's)
+GateFinding = Literal["shown_within", "shown_worse", "shown_better", "not_shown_within", "shown_not_better",
+                      "not_shown_better", "underpowered", "underpowered_within", "futile", "undecided",
+                      "exact_test_not_confirmed", "undirected", "missing", "not_run",
+                      "ratio_met", "ratio_missed", "not_measured", "simulated"]
 
 
 class SuiteSummary(_Model):
@@ -225,6 +234,9 @@ class GateResult(_Model):
     action: Literal["fail", "warn"]
     verdict: GateVerdict
     reason: str = ""
+    # what the data showed, beside the verdict: a FAIL is shown_worse (worse than the margin) or not_shown_within
+    # (not shown within it), and so on (the statistics guide's table); None in a record written before findings
+    finding: GateFinding | None = None
 
 
 class RunRecord(_Model):

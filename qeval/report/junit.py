@@ -1,6 +1,7 @@
-"""JUnit XML for CI: one test case per gate, so a CI page lists each gate's result and reason. A gate whose
-suite was not run (NOT_RUN) is a skipped case, never a pass; a sequential gate carries where it stopped
-(items used, of planned) and its method, as properties and in its output."""
+"""JUnit XML for CI: one test case per gate, so a CI page lists each gate's result and reason. A failure's type
+is the gate's finding and its message says it in words ("FAIL (worse than the margin)" or "FAIL (not shown
+within the margin)"). A gate whose suite was not run (NOT_RUN) is a skipped case, never a pass; a sequential
+gate carries where it stopped (items used, of planned) and its method, as properties and in its output."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..record.run import RunRecord
+from ..verdict.findings import label
 from ..verdict.savings import savings, stopped_at
 
 
@@ -46,12 +48,13 @@ def render(r: RunRecord) -> str:
                     if value is not None:
                         ET.SubElement(props, "property", name=name, value=str(value))
             out = []
-            if g in failing:
-                ET.SubElement(case, "failure", message=f"{g.verdict}: {g.reason}").text = detail
+            said = label(g, r.inconclusive)  # "FAIL (worse than the margin)"
+            if g in failing:  # its type: the finding, so that a CI page can tell a clear miss from an unshown pass
+                ET.SubElement(case, "failure", type=g.finding or g.verdict, message=f"{said}: {g.reason}").text = detail
             elif g in skipped:
                 ET.SubElement(case, "skipped", message=g.reason or "NOT_RUN")
             elif g.verdict in ("WARN", "INCONCLUSIVE"):
-                out.append(f"{g.verdict}: {detail}")
+                out.append(f"{said}: {detail}")
             if g.sequential is not None:
                 out.append(f"sequential: {stopped_at(g)}; method {g.sequential}")
             if out:

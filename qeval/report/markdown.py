@@ -10,6 +10,7 @@ import jinja2
 
 from ..record.run import GateResult, RunRecord
 from ..record.measurements import Grid, GridCell, ProbeStep, SuiteFlips
+from ..verdict.findings import qualifier
 from ..verdict.flips import KEEP
 from ..verdict.noise import floor_rows, show as show_floor
 from ..verdict.savings import savings, short_method, stopped_at
@@ -44,11 +45,14 @@ Not evaluated:
 
 A gate reads the two-sided (1 - 2 alpha) interval of delta = variant - baseline (oriented so
 that positive is better), whose ends are one-sided (1 - alpha) bounds. Non-inferiority passes when
-the lower bound is above -margin; it fails when the bound is below, or when even the upper bound
-is; it is INCONCLUSIVE when the suite's minimum detectable effect (MDE, at alpha and power
-1 - beta, from the observed paired variance) exceeds the margin: the suite was too small to
-tell. For 0/1 scores a PASS must also clear an exact unconditional non-inferiority test (its p in
-"why"), which holds the false-pass rate at alpha where the interval is an approximation.
+the lower bound is above -margin. A FAIL says which finding it rests on: "worse than the margin"
+when even the upper bound is below -margin (the variant is clearly worse), "not shown within the
+margin" when the interval straddles -margin (the data cannot tell it from a drop of the margin).
+It is INCONCLUSIVE when the suite's minimum detectable effect (MDE, at alpha and power 1 - beta,
+from the observed paired variance) exceeds the margin: the suite was too small to tell; one whose
+interval already lies inside the margin says so. For 0/1 scores a PASS must also clear an exact
+unconditional non-inferiority test (its p in "why"), which holds the false-pass rate at alpha
+where the interval is an approximation.
 INCONCLUSIVE counts as {{ "a failure" if r.inconclusive == "fail" else "a pass" }} for the exit code.
 A variant passes only if all its gates pass (an intersection-union test: no correction is needed
 for that verdict).
@@ -56,7 +60,7 @@ for that verdict).
 | variant | suite / metric | mode | baseline | variant | delta | bounds | margin | MDE |{% if saved %} items used / planned |{% endif %} result | why |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |{% if saved %} --- |{% endif %} --- | --- |
 {% for g in r.gates -%}
-| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} |{% if saved %} {{ used(g) }} |{% endif %} {{ look.badge(g.verdict, strong=True) }} | {{ g.reason }} |
+| {{ g.variant }} | {{ g.suite }} / {{ g.metric }} | {{ g.mode }} | {{ pv(g.metric, g.base_mean) if g.mode == "ratio" else f(g.base_mean) }} | {{ pv(g.metric, g.variant_mean) if g.mode == "ratio" else f(g.variant_mean) }} | {{ ("%.3fx" % g.delta) if g.mode == "ratio" and g.delta is not none else s(g.delta) }} | [{{ s(g.lower_bound) }}, {{ s(g.upper_bound) }}] | {{ f(g.margin) }} ({{ g.margin_spec }}) | {{ f(g.mde) }} |{% if saved %} {{ used(g) }} |{% endif %} {{ look.badge(g.verdict, strong=True) }}{% if said(g) %} ({{ said(g) }}){% endif %} | {{ g.reason }} |
 {% endfor %}
 {{ look.figure("forest") }}
 {% if saved %}
@@ -260,7 +264,7 @@ SUMMARY = """\
 {% for name, v in r.verdicts.items() -%}
 {% set gs = r.gates | selectattr("variant", "equalto", name) | list -%}
 {% set skipped = gs | selectattr("verdict", "equalto", "NOT_RUN") | list | length -%}
-| {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }}{% if skipped %} ({{ skipped }} not run){% endif %} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ stopped(g) }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
+| {{ name }} | **{{ v }}** | {{ gs | selectattr("verdict", "equalto", "PASS") | list | length }} / {{ gs | length }}{% if skipped %} ({{ skipped }} not run){% endif %} | {% for g in gs if g.verdict in ("FAIL", "INCONCLUSIVE") %}{{ g.suite }}/{{ g.metric }}: {{ stopped(g, r.inconclusive) }} (delta {{ s(g.delta) }}, bound {{ s(g.lower_bound) }}, margin {{ f(g.margin) }}){% if not loop.last %}; {% endif %}{% endfor %} |
 {% endfor %}
 
 {% if saved -%}
@@ -433,6 +437,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         flipped=any(v.flips for v in r.variants), keep=KEEP,
         saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
+        said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash

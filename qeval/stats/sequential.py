@@ -46,10 +46,15 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from .decisions import Finding
 from .exact import restricted_loss_rate
 from .intervals import clustered_mean_delta
 
 LookVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
+# a sequential gate's finding: a fixed-n one's (decisions.py), or futile (FAIL at an interim look on the
+# futility bound: a PASS at the full n had become unlikely, which is not "worse than the margin"), or
+# undecided (no boundary crossed yet)
+LookFinding = Literal[Finding, "futile", "undecided"]
 _GRID_SD = 8.0  # the score's density is negligible beyond 8 sd of its mean
 MAX_LOOKS = 100  # each look costs a grid integration (~5 ms); more looks buy little (Jennison & Turnbull)
 _BET_TRUNCATION = 0.5  # Waudby-Smith & Ramdas's c: a bet never stakes more than half the capital
@@ -187,6 +192,7 @@ class Look:
     lower: float
     upper: float
     verdict: LookVerdict
+    finding: LookFinding
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,11 @@ class SequentialResult:
     @property
     def items_used(self) -> int:
         return self.looks[-1].items if self.looks else 0
+
+    @property
+    def finding(self) -> LookFinding:
+        """What the deciding look showed (decisions.py's words; futile, undecided)."""
+        return self.looks[-1].finding if self.looks else "undecided"
 
 
 def _check(d: np.ndarray, n_planned: int) -> np.ndarray:
@@ -240,22 +251,23 @@ def cluster_looks(groups: Sequence[object], looks: tuple[int, ...]) -> tuple[int
 
 
 def _look(t: int, n: int, mean: float, se: float, c: float, b: float, margin: float,
-          mde: float | None) -> tuple[LookVerdict, str, float, float]:
-    """One look's verdict from the z statistic against its boundaries (efficacy c, FAIL b)."""
+          mde: float | None) -> tuple[LookVerdict, LookFinding, str, float, float]:
+    """One look's verdict and finding from the z statistic against its boundaries (efficacy c, FAIL b)."""
     lower, upper = mean - c * se, mean + c * se
     z = (mean + margin) / se if se > 0 else math.copysign(math.inf, mean + margin)
     underpowered, last, at = mde is not None and mde > margin, t == n, f"at {t} of {n} items"
     if z >= c and not underpowered:
-        return "PASS", f"lower bound {lower:+.4f} > -margin {-margin:+.4f} {at}", lower, upper
+        return "PASS", "shown_within", f"lower bound {lower:+.4f} > -margin {-margin:+.4f} {at}", lower, upper
     if upper < -margin:
-        return "FAIL", f"upper bound {upper:+.4f} < -margin {-margin:+.4f} {at}", lower, upper
+        return "FAIL", "shown_worse", f"upper bound {upper:+.4f} < -margin {-margin:+.4f} {at}", lower, upper
     if z <= b and not last:
-        return "FAIL", f"futility: z {z:+.2f} <= {b:+.2f} {at} (PASS at n is unlikely)", lower, upper
+        return "FAIL", "futile", f"futility: z {z:+.2f} <= {b:+.2f} {at} (PASS at n is unlikely)", lower, upper
     if last and underpowered:
-        return "INCONCLUSIVE", f"suite detects only drops >= {mde:.4f} > margin {margin:.4f}", lower, upper
+        return ("INCONCLUSIVE", "underpowered_within" if z >= c else "underpowered",
+                f"suite detects only drops >= {mde:.4f} > margin {margin:.4f}", lower, upper)
     if last:
-        return "FAIL", f"lower bound {lower:+.4f} <= -margin {-margin:+.4f} {at}", lower, upper
-    return "UNDECIDED", f"undecided {at}", lower, upper
+        return "FAIL", "not_shown_within", f"lower bound {lower:+.4f} <= -margin {-margin:+.4f} {at}", lower, upper
+    return "UNDECIDED", "undecided", f"undecided {at}", lower, upper
 
 
 def gsd_gate(d: np.ndarray, n_planned: int, margin: float, alpha: float, *, look_every: int, min_items: int,
@@ -294,8 +306,8 @@ def gsd_gate(d: np.ndarray, n_planned: int, margin: float, alpha: float, *, look
             c, b = (float(stats.t.ppf(stats.norm.cdf(v), md.df)) if math.isfinite(v) else v for v in (c, b))
         else:
             se = _null_se(y, margin) if binary else (float(y.std(ddof=1)) if t > 1 else 0.0) / math.sqrt(t)
-        verdict, reason, lower, upper = _look(t, n_planned, float(y.mean()), se, c, b, margin, mde)
-        taken.append(Look(t, float(y.mean()), lower, upper, verdict))
+        verdict, finding, reason, lower, upper = _look(t, n_planned, float(y.mean()), se, c, b, margin, mde)
+        taken.append(Look(t, float(y.mean()), lower, upper, verdict, finding))
         if verdict != "UNDECIDED":
             break
     kind = "clustered CR2, " if grouped else ""
@@ -370,17 +382,22 @@ def betting_gate(d: np.ndarray, n_planned: int, margin: float, alpha: float, *, 
             break
         passed, failed = up[:t].max() >= 1 / alpha, down[:t].max() >= 1 / alpha
         last = t == n_planned
+        finding: LookFinding
         if passed and not underpowered:
-            verdict, reason = "PASS", f"capital on delta > -margin reached 1/alpha by {t} of {n_planned} items"
+            verdict, finding = "PASS", "shown_within"
+            reason = f"capital on delta > -margin reached 1/alpha by {t} of {n_planned} items"
         elif failed:
-            verdict, reason = "FAIL", f"capital on delta < -margin reached 1/alpha by {t} of {n_planned} items"
+            verdict, finding = "FAIL", "shown_worse"
+            reason = f"capital on delta < -margin reached 1/alpha by {t} of {n_planned} items"
         elif last:
             verdict = "INCONCLUSIVE" if underpowered else "FAIL"
+            # an underpowered gate whose PASS capital did reach 1/alpha: shown within, yet not trusted
+            finding = ("underpowered_within" if passed else "underpowered") if underpowered else "not_shown_within"
             reason = (f"suite detects only drops >= {mde:.4f} > margin {margin:.4f}" if underpowered
                       else "non-inferiority not shown at the full n")
         else:
-            verdict, reason = "UNDECIDED", f"undecided at {t} of {n_planned} items"
-        taken.append(Look(t, float(x[:t].mean()), math.nan, math.nan, verdict))
+            verdict, finding, reason = "UNDECIDED", "undecided", f"undecided at {t} of {n_planned} items"
+        taken.append(Look(t, float(x[:t].mean()), math.nan, math.nan, verdict, finding))
         if verdict != "UNDECIDED":
             break
     return SequentialResult("betting (Waudby-Smith & Ramdas 2023)", margin, alpha, n_planned, tuple(taken),

@@ -41,6 +41,13 @@ def metric_name(*parts: str) -> str:
     return "/".join(_BAD.sub("_", p) for p in parts)
 
 
+def gate_tags(record: RunRecord, name: str) -> dict[str, str]:
+    """Each gate's finding as a tag of the variant's run (finding.<suite>/<metric>: shown_worse, not_shown_within,
+    ...): the gate/ metric says pass or not, the tag what the data showed; a gate of an older record has none."""
+    return {"finding." + metric_name(g.suite, g.metric): g.finding for g in record.gates
+            if g.variant == name and g.finding is not None}
+
+
 def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
     m: dict[str, float] = {}
     v = next(x for x in record.variants if x.name == name)
@@ -218,7 +225,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             vparams = variant_params(v)
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
                      "qeval.verdict": shown_verdict(record, v),
-                     **({"qeval.simulated": v.simulated} if v.simulated else {})}  # why: its perf figures are not its own
+                     **({"qeval.simulated": v.simulated} if v.simulated else {}),  # why: its perf figures are not its own
+                     **gate_tags(record, v.name)}
             figures = variant_metrics(record, v.name) | (compare_metrics(record, v.name, base) if base else {})
             _upsert(client, child, vparams, vtags, figures, probe_history(record, v.name), now)
             items = v.status == "ok" and items_file(run_dir, v.name).exists()

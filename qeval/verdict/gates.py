@@ -39,7 +39,8 @@ def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> 
                       delta=last.mean if last else sign * c.delta, lower_bound=bound(last.lower if last else None),
                       upper_bound=bound(last.upper if last else None), mde=c.mde, p_value=c.p_value,
                       p_adjusted=c.p_adjusted, action=rule.action, verdict=verdict, reason=reason,
-                      sequential=seq.method, items_used=seq.items_used, items_planned=seq.n_planned)
+                      finding=seq.finding, sequential=seq.method, items_used=seq.items_used,
+                      items_planned=seq.n_planned)
 
 
 def _undirected(c: Comparison, rule: GateRule, margin: float) -> GateResult:
@@ -48,7 +49,7 @@ def _undirected(c: Comparison, rule: GateRule, margin: float) -> GateResult:
                       base_mean=c.base_mean, variant_mean=c.variant_mean, action=rule.action,
                       verdict="FAIL" if rule.action == "fail" else "WARN",
                       reason="which direction is better is not declared for this metric: give the rule a "
-                             "`direction` (higher or lower)")
+                             "`direction` (higher or lower)", finding="undirected")
 
 
 def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
@@ -60,7 +61,7 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
     delta, low, high = sign * c.delta, *sorted((sign * c.ci_low, sign * c.ci_high))
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
-    reason, p_exact = d.reason, None
+    reason, p_exact, finding = d.reason, None, d.finding
     if verdict == "PASS" and c.binary and c.n_groups is None and rule.mode != "superiority" \
             and c.flips_variant_only is not None and c.flips_base_only is not None:
         # the interval is an approximation (a little above alpha at some n): a PASS must also clear the
@@ -71,7 +72,7 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
         if rule.mode == "equivalence":  # the other one-sided test: not better by the margin or more
             p_exact = max(p_exact, noninferiority_exact(losses, gains, c.n_paired, margin).p_value)
         if p_exact > rule.alpha:
-            verdict = "FAIL"
+            verdict, finding = "FAIL", "exact_test_not_confirmed"
             reason = f"{reason}, but the exact test does not confirm it (p = {p_exact:.4f} > alpha {rule.alpha:g})"
         else:
             reason = f"{reason}; exact test p = {p_exact:.4f}"
@@ -81,13 +82,14 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
                       margin=margin, margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
                       alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
                       delta=delta, lower_bound=low, upper_bound=high, mde=c.mde, p_value=c.p_value,
-                      p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason)
+                      p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason,
+                      finding=finding)
 
 
 def _not_run(variant: str, suite: str, metric: str, rule: GateRule, why: str) -> GateResult:
     return GateResult(variant=variant, suite=suite, metric=metric, rule=rule.match, mode=rule.mode, margin=rule.margin,
                       margin_spec=f"{rule.margin:g}", alpha=rule.alpha, beta=rule.beta, action=rule.action,
-                      verdict="NOT_RUN", reason=why)
+                      verdict="NOT_RUN", reason=why, finding="not_run")
 
 
 def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str], sequential: Sequential = {},
@@ -115,7 +117,7 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
                 results.append(GateResult(variant=v, suite=suite, metric=metric, rule=rule.match, mode=rule.mode,
                                           margin=rule.margin, margin_spec=f"{rule.margin:g}", alpha=rule.alpha,
                                           beta=rule.beta, action=rule.action, verdict="FAIL",
-                                          reason="required metric missing from the campaign"))
+                                          reason="required metric missing from the campaign", finding="missing"))
     return results
 
 
@@ -152,15 +154,17 @@ def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float
                       margin=bound, margin_spec=f"{spec} baseline", alpha=0.0, beta=0.0, action=r.action)
         if simulated:
             out.append(GateResult(**common, verdict="INCONCLUSIVE" if r.action == "fail" else "WARN",
-                                  reason=f"not this scheme's {r.metric}: served on its dequantized weights ({simulated})"))
+                                  reason=f"not this scheme's {r.metric}: served on its dequantized weights ({simulated})",
+                                  finding="simulated"))
             continue
         if r.metric not in base or r.metric not in cand or not base[r.metric]:
             out.append(GateResult(**common, verdict="FAIL" if r.action == "fail" else "WARN",
-                                  reason=f"{r.metric} was not measured"))
+                                  reason=f"{r.metric} was not measured", finding="not_measured"))
             continue
         ratio = cand[r.metric] / base[r.metric]
         ok = ratio >= r.min_ratio if r.min_ratio is not None else ratio <= r.max_ratio
         verdict: GateVerdict = "PASS" if ok else ("FAIL" if r.action == "fail" else "WARN")
         out.append(GateResult(**common, base_mean=base[r.metric], variant_mean=cand[r.metric], delta=ratio,
-                              verdict=verdict, reason=f"ratio {ratio:.3f} ({spec} required)"))
+                              verdict=verdict, reason=f"ratio {ratio:.3f} ({spec} required)",
+                              finding="ratio_met" if ok else "ratio_missed"))
     return out

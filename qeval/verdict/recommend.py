@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
+from .findings import label
+
 if TYPE_CHECKING:
     from ..record.run import GateResult, RunRecord
 
@@ -28,7 +30,7 @@ class Failure:
     """One gate that keeps a variant from passing."""
 
     gate: str  # "suite / metric"
-    verdict: str
+    verdict: str  # with the finding it rests on: "FAIL (worse than the margin)"
     reason: str
     shortfall: float  # in units of the gate's margin; inf when the gate had no figure
 
@@ -120,7 +122,8 @@ def candidates(r: "RunRecord") -> list[Candidate]:
         if v.role != "variant":  # the baseline, and its A/A (noise.py)
             continue
         perf = v.perf()
-        fails = tuple(Failure(gate=f"{g.suite} / {g.metric}", verdict=g.verdict, reason=g.reason, shortfall=shortfall(g))
+        fails = tuple(Failure(gate=f"{g.suite} / {g.metric}", verdict=label(g, r.inconclusive), reason=g.reason,
+                              shortfall=shortfall(g))
                       for g in r.gates if g.variant == v.name and g.verdict in NOT_PASSED)
         out.append(Candidate(name=v.name, verdict=r.verdicts.get(v.name, "NOT_EVALUATED"),
                              weights_bytes=perf.get("weights_bytes"),

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .findings import label
+
 if TYPE_CHECKING:
     from ..record.run import GateResult, RunRecord, VariantResult
 
@@ -85,11 +87,13 @@ def short_method(g: "GateResult") -> str:
     return (g.sequential or "").split(" (", 1)[0]
 
 
-def stopped_at(g: "GateResult") -> str:
-    """A gate's verdict and, for a sequential one, where it stopped: "FAIL at 100 of 400 items (gsd)"."""
+def stopped_at(g: "GateResult", inconclusive: str | None = None) -> str:
+    """A gate's verdict with its finding (findings.label) and, for a sequential one, where it stopped:
+    "FAIL (worse than the margin) at 100 of 400 items (gsd)"."""
+    said = label(g, inconclusive)
     if g.sequential is None or g.items_used is None or g.items_planned is None:
-        return g.verdict
-    return f"{g.verdict} at {g.items_used:,} of {g.items_planned:,} items ({short_method(g)})"
+        return said
+    return f"{said} at {g.items_used:,} of {g.items_planned:,} items ({short_method(g)})"
 
 
 def _variant(r: "RunRecord", v: "VariantResult", base_n: dict[str, int]) -> VariantItems | None:

@@ -200,5 +200,8 @@ def test_a_pending_reference_is_waited_for_once_after_the_engine_is_up(tmp_path)
         out = run_variant(bad, tmp_path / "ws", sink, log, reference=pending)
         assert out.status == "ok" and len(calls) == 1
         assert any("engine up" in ln for ln in lines[:calls[0]]), lines  # served before it waited
+        # the log says what the deciding look showed, as the reports do
+        assert any("custom/facts: settled (contains FAIL (worse than the margin) at 100 of 400)" in ln
+                   for ln in lines), lines
         assert sorted(len(_by_suite) for _by_suite in [
             [r for r in store.records(out.key, sk.key)] for sk in bad.suites.parts()]) == [100, 100]

@@ -29,7 +29,7 @@ def _row(md: str, *starts: str) -> str:
 def test_the_gates_table_says_where_each_sequential_gate_stopped(rec):
     md = markdown.render(rec)
     assert "| MDE | items used / planned | result | why |" in md
-    assert "| 100 / 400 (gsd) | \u2718 **FAIL** |" in _row(md, "bad", "custom/facts / contains")
+    assert "| 100 / 400 (gsd) | \u2718 **FAIL** (worse than the margin) |" in _row(md, "bad", "custom/facts / contains")
     assert "| 200 / 400 (gsd) | \u2714 **PASS** |" in _row(md, "same", "custom/sums / numeric")
     skipped = _row(md, "bad", "custom/sums / numeric")
     assert "| none (not run) | \u2013 **NOT_RUN** |" in skipped and "custom/facts/contains" in skipped
@@ -44,14 +44,15 @@ def test_the_gates_table_says_where_each_sequential_gate_stopped(rec):
 def test_html_gives_not_run_its_own_badge_and_colour(rec):
     page = html.render(rec)
     assert '<td><span class="badge v-NOT_RUN">\u2013 <strong>NOT_RUN</strong></span></td>' in page
-    assert '<td><span class="badge v-FAIL">\u2718 <strong>FAIL</strong></span></td>' in page
+    assert '<td><span class="badge v-FAIL">\u2718 <strong>FAIL</strong></span> (worse than the margin)</td>' in page
     assert ".v-NOT_RUN {" in page and "<th>items used / planned</th>" in page and "<td>100 / 400 (gsd)</td>" in page
     assert "<strong>Sequential gates</strong>, method: gsd" in page
 
 
 def test_the_ci_summary_gives_items_and_engine_time_saved(rec):
     summary = markdown.render_summary(rec)
-    assert ("| bad | **FAIL** | 0 / 2 (1 not run) | custom/facts/contains: FAIL at 100 of 400 items (gsd) (delta "
+    assert ("| bad | **FAIL** | 0 / 2 (1 not run) | custom/facts/contains: FAIL (worse than the margin) at 100 of 400 items "
+            "(gsd) (delta "
             in summary)
     v = {x.name: x for x in rec.variants}
     # per variant: its evaluation seconds per item served, times the items its sequential gates saved
@@ -74,7 +75,9 @@ def test_junit_skips_a_not_run_gate_and_carries_where_a_gate_stopped(rec):
     failed = cases["custom/facts/contains"]
     props = {p.get("name"): p.get("value") for p in failed.find("properties")}
     assert props == {"sequential": GSD, "items_used": "100", "items_planned": "400"}
-    assert failed.find("failure") is not None and "FAIL at 100 of 400 items (gsd)" in failed.find("system-out").text
+    assert failed.find("failure") is not None and "FAIL (worse than the margin) at 100 of 400 items (gsd)" in \
+        failed.find("system-out").text
+    assert failed.find("failure").get("type") == "shown_worse"
     same = root.find("testsuite[@name='s/same']")
     assert same.get("skipped") == "0"
     for case in same.iter("testcase"):  # passed: no failure, no skip, and still where it stopped

@@ -85,9 +85,10 @@ def test_a_pass_the_exact_test_does_not_confirm_fails():
     assert c.ci_low > -0.05
     [g] = evaluate(policy, [c], ["v"])
     assert g.verdict == "FAIL" and g.p_exact == pytest.approx(0.0672, abs=1e-4)
-    assert "exact test does not confirm" in g.reason
+    assert "exact test does not confirm" in g.reason and g.finding == "exact_test_not_confirmed"
     [ok] = evaluate(policy, [_comparison(gains=10, losses=10, n=286, both_right=161)], ["v"])
     assert ok.verdict == "PASS" and ok.p_exact < 0.05 and "exact test p =" in ok.reason
+    assert ok.finding == "shown_within"
 
 
 def test_exact_edges():

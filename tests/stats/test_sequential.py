@@ -208,6 +208,44 @@ def test_decisions_at_the_looks():
     assert (weak.verdict, weak.items_used) == ("INCONCLUSIVE", n)
 
 
+def test_each_look_names_its_finding():
+    """What a gsd gate's deciding look showed, beside its verdict: a FAIL on the futility bound is not a FAIL
+    by an upper bound below -margin, and an underpowered gate at n says whether its bound cleared -margin."""
+    rng = np.random.default_rng(6)
+    n, m = 1000, 0.02
+    kw = dict(look_every=50, min_items=100, binary=False, planning_sd=0.144)
+    crash = gsd_gate(-0.2 + rng.uniform(-0.25, 0.25, n), n, m, 0.05, **kw)
+    assert (crash.verdict, crash.finding) == ("FAIL", "shown_worse")
+    same = gsd_gate(np.zeros(n) + rng.uniform(-1e-3, 1e-3, n), n, m, 0.05, **kw)
+    assert (same.verdict, same.finding) == ("PASS", "shown_within")
+    part = gsd_gate(rng.uniform(-0.25, 0.25, 120), n, m, 0.05, **kw)
+    assert (part.verdict, part.finding) == ("UNDECIDED", "undecided")
+    assert gsd_gate(np.zeros(50), n, m, 0.05, **kw).finding == "undecided"  # no look reached yet
+    noise = np.tile([-1.0, 1.0], n // 2) * 0.1
+    se = noise[:100].std(ddof=1) / 10
+    futile = gsd_gate(-m - 2 * se + noise, n, m, 0.05, **kw)  # z = -2 at the first look: its upper bound is above
+    assert (futile.verdict, futile.finding, futile.items_used) == ("FAIL", "futile", 100)
+    assert futile.looks[-1].upper > -m
+    within = gsd_gate(np.zeros(n), n, m, 0.05, **kw, mde=0.05)  # every bound clears -margin, but underpowered
+    assert (within.verdict, within.finding) == ("INCONCLUSIVE", "underpowered_within")
+    weak = gsd_gate(-m + noise, n, m, 0.05, **kw, mde=0.05)  # straddles -margin at n, underpowered
+    assert (weak.verdict, weak.finding) == ("INCONCLUSIVE", "underpowered")
+
+
+def test_each_betting_look_names_its_finding():
+    n, m = 200, 0.2
+    kw = dict(look_every=20, min_items=20)
+    edge = np.tile([-1.0, 1.0, -0.4, -0.4], n // 4)  # mean -margin: neither capital reaches 1/alpha by n
+    for d, mde, verdict, finding in ((np.zeros(n), None, "PASS", "shown_within"),
+                                     (-np.ones(n), None, "FAIL", "shown_worse"),
+                                     (edge, None, "FAIL", "not_shown_within"),
+                                     (edge, 0.5, "INCONCLUSIVE", "underpowered"),
+                                     (np.zeros(n), 0.5, "INCONCLUSIVE", "underpowered_within"),
+                                     (edge[:60], None, "UNDECIDED", "undecided")):
+        r = betting_gate(d, n, m, 0.05, **kw, mde=mde)
+        assert (r.verdict, r.finding) == (verdict, finding), (d[:4], mde)
+
+
 def test_an_undecided_gate_at_n_is_read_against_the_last_boundary_not_a_fresh_fixed_n_test():
     n, m = 1000, 0.02
     looks = look_schedule(n, 50, 100)
@@ -217,7 +255,7 @@ def test_an_undecided_gate_at_n_is_read_against_the_last_boundary_not_a_fresh_fi
     d = -m + noise + z_mid * noise.std(ddof=1) / math.sqrt(n)
     assert d.mean() - stats.t.ppf(0.95, n - 1) * d.std(ddof=1) / math.sqrt(n) > -m  # fixed n would pass
     r = gsd_gate(d, n, m, 0.05, look_every=50, min_items=100, binary=False, planning_sd=0.1, futility=0.0)
-    assert (r.verdict, r.items_used) == ("FAIL", n)
+    assert (r.verdict, r.items_used, r.finding) == ("FAIL", n, "not_shown_within")
 
 
 def test_grouped_items_are_looked_at_between_groups():

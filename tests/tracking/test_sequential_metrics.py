@@ -16,9 +16,14 @@ def test_variant_runs_carry_the_items_saved(stopped_campaign, tmp_path):
     uri = default_tracking_uri(tmp_path)
     out = log_record(rec, run_dir, uri)
     client = MlflowClient(tracking_uri=uri)
-    kids = {r.info.run_name: r.data.metrics for r in client.search_runs(
+    runs = {r.info.run_name: r for r in client.search_runs(
         [out["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")}
+    kids = {name: r.data.metrics for name, r in runs.items()}
     bad, same = kids["bad"], kids["same"]
+    # what each gate's data showed, beside its 0/1 gate/ metric
+    assert runs["bad"].data.tags["finding.custom/facts/contains"] == "shown_worse"
+    assert runs["bad"].data.tags["finding.custom/sums/numeric"] == "not_run"
+    assert runs["same"].data.tags["finding.custom/sums/numeric"] == "shown_within"
     assert (bad["sequential/items_evaluated"], bad["sequential/items_planned"], bad["sequential/items_saved"]) == \
         (100, 800, 700)  # custom/sums was skipped: its 400 items are saved too
     assert (same["sequential/items_evaluated"], same["sequential/items_saved"]) == (400, 400)

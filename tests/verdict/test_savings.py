@@ -72,6 +72,11 @@ def test_the_verdict_says_where_a_sequential_gate_stopped():
         "FAIL at 1,200 of 4,000 items (betting)"
     assert stopped_at(_gate("q", "a", "PASS")) == "PASS"  # fixed n: the verdict alone
     assert stopped_at(_gate("q", "b", "NOT_RUN")) == "NOT_RUN"
+    # with its finding, the verdict says what the data showed
+    worse = _gate("q", "a", "FAIL", 100, 400).model_copy(update={"finding": "shown_worse"})
+    assert stopped_at(worse) == "FAIL (worse than the margin) at 100 of 400 items (gsd)"
+    futile = _gate("q", "a", "FAIL", 100, 400).model_copy(update={"finding": "futile"})
+    assert stopped_at(futile).startswith("FAIL (stopped for futility: a pass at the full n had become unlikely) at 100")
 
 
 def test_a_suite_cut_part_way_by_a_failed_gate_counts_once():
