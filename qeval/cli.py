@@ -195,18 +195,22 @@ def validate(config: Path) -> None:
     try:
         cfg = load_config(config)
         # after the file is read: its errors do not wait for the suites' libraries
-        from .pipeline.plan import plan, preflight
+        from .pipeline.plan import changes_lines, plan, planned_changes, preflight, served_dequantized
 
         settings = Settings.from_env()
         p = plan(cfg, settings, str(config))
         with preflight(p, settings, str(config), cfg.executor.kind == "local") as checks:
             checked = checks.result()
+        changed = changes_lines(cfg, planned_changes(cfg, p.base_checkpoint))
+        simulated = [f"{name}: {why}" for name, why in served_dequantized(cfg, settings).items()]
     except QevalError as e:
         _fail(e)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
     for line in checked.said:
         out.print(line)
+    for line in changed + simulated:
+        out.print(line, highlight=False, markup=False)
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "

@@ -17,6 +17,11 @@ from .measurements import RecordModel as _Model
 # and distributions as typed models (record/measurements.py) whose JSON is what the dicts before them wrote
 SCHEMA_VERSION = 3
 
+# what a variant may change against the baseline (pipeline/changes.py reads which): the weights (method, recipe,
+# checkpoint), the KV cache (its dtype, or a checkpoint's kv_cache_scheme), how it is served (an engine setting)
+Change = Literal["weights", "kv_cache", "serving"]
+CHANGES: tuple[Change, ...] = ("weights", "kv_cache", "serving")
+
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
 # NOT_RUN: a gate whose suite was skipped because the variant had already failed (stop_variant_on_fail)
@@ -108,6 +113,11 @@ class VariantResult(Measured, Named):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
+    # what it changes against the baseline (pipeline/changes.py): weights, kv_cache, serving; and each engine
+    # setting that differs ("kv_cache_dtype auto -> fp8"); the performance rules that therefore do not gate it, why
+    changes: list[Change] = []
+    serving_diff: list[str] = []
+    perf_not_applicable: dict[str, str] = {}
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":
