@@ -113,10 +113,10 @@ class VariantResult(Measured, Named):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
-    # what it changes against the baseline (pipeline/changes.py): weights, kv_cache, serving; and each engine
-    # setting that differs ("kv_cache_dtype auto -> fp8"); the performance rules that therefore do not gate it, why
+    # what it changes against the baseline (pipeline/changes.py): weights, kv_cache, serving
     changes: list[Change] = []
-    serving_diff: list[str] = []
+    serving_diff: list[str] = []  # each engine setting it is served with otherwise: "kv_cache_dtype auto -> fp8"
+    # the performance rules that do not gate it, by what it changes (PerfRule.applies_to): rule -> why
     perf_not_applicable: dict[str, str] = {}
 
     @classmethod
