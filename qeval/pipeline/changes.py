@@ -60,6 +60,11 @@ def _weights(v: VariantSpec) -> Any:
             v.recipe.model_dump(mode="json") if v.method not in _BASE_WEIGHTS else None)
 
 
+def _kv_scheme(scheme: Mapping[str, str]) -> dict[str, str]:
+    """The KV cache's scheme a checkpoint declares (describe's kv_cache_* keys)."""
+    return {k: v for k, v in scheme.items() if k.startswith("kv_cache_")}
+
+
 def _shown(x: Any) -> str:
     return "unset" if x is None else str(x)
 
@@ -83,7 +88,7 @@ def changes(variant: Served, baseline: Served) -> Changes:
     found: set[str] = set()
     if _weights(variant.variant) != _weights(baseline.variant):
         found.add("weights")
-    if names & KV_SETTINGS or variant.scheme.get("kv_cache_bits") != baseline.scheme.get("kv_cache_bits"):
+    if names & KV_SETTINGS or _kv_scheme(variant.scheme) != _kv_scheme(baseline.scheme):
         found.add("kv_cache")
     if names - KV_SETTINGS:
         found.add("serving")
