@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import EngineSpec, VariantSpec
-from ..record.run import CHANGES, Change
+from ..record.run import CHANGES, Change, changes_text
 
 # served from the base checkpoint in the campaign's dtype, unchanged: the same weights whichever is named
 _BASE_WEIGHTS = ("bf16", "fp16")
@@ -43,10 +43,7 @@ class Changes:
 
     def text(self) -> str:
         """"differs in: weights; kv_cache_dtype auto -> fp8", or that it differs in nothing qeval sees."""
-        said = (["weights"] if "weights" in self.changes else []) + list(self.serving_diff)
-        if "kv_cache" in self.changes and not any(d.split(" ", 1)[0] in KV_SETTINGS for d in self.serving_diff):
-            said.append("KV cache (its checkpoint's kv_cache_scheme)")
-        return "differs in: " + "; ".join(said) if said else "differs in nothing qeval sees"
+        return changes_text(self.changes, self.serving_diff)
 
 
 def _weights(v: VariantSpec) -> Any:

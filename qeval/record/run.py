@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict
@@ -21,6 +22,14 @@ SCHEMA_VERSION = 3
 # checkpoint), the KV cache (its dtype, or a checkpoint's kv_cache_scheme), how it is served (an engine setting)
 Change = Literal["weights", "kv_cache", "serving"]
 CHANGES: tuple[Change, ...] = ("weights", "kv_cache", "serving")
+
+
+def changes_text(changes: Collection[str], serving_diff: Collection[str]) -> str:
+    """What a variant changes, in words: "differs in: weights; kv_cache_dtype auto -> fp8"."""
+    said = (["weights"] if "weights" in changes else []) + list(serving_diff)
+    if "kv_cache" in changes and not any(d.startswith("kv_cache_dtype ") for d in serving_diff):
+        said.append("KV cache (its checkpoint's kv_cache_scheme)")
+    return "differs in: " + "; ".join(said) if said else "differs in nothing qeval sees"
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..methods import scheme_params
-from ..record.run import RunRecord
+from ..record.run import RunRecord, changes_text
 from ..record.measurements import Grid, metric_segment
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
@@ -196,7 +196,10 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
                      "qeval.verdict": record.verdicts.get(v.name, "BASELINE" if v.role == "baseline"
                                                           else "NOISE_FLOOR" if v.role == "noise" else "NOT_EVALUATED"),
-                     **({"qeval.simulated": v.simulated} if v.simulated else {})}  # why: its perf figures are not its own
+                     **({"qeval.simulated": v.simulated} if v.simulated else {}),  # why: its perf figures are not its own
+                     # what it changes against the baseline, which decides the performance rules that gate it
+                     **({"qeval.changes": ",".join(v.changes), "qeval.differs": changes_text(v.changes, v.serving_diff)}
+                        if v.changes else {})}
             _upsert(client, child, vparams, vtags, variant_metrics(record, v.name), probe_history(record, v.name),
                     now)
             if v.status == "ok" and items_file(run_dir, v.name).exists():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qeval.config import CampaignConfig, VariantSpec
+from qeval.config import CampaignConfig
 from qeval.pipeline.campaign import judged
 from qeval.pipeline.changes import Served, changes
 from qeval.pipeline.judge import judge
@@ -148,3 +148,18 @@ def test_the_judge_gates_a_kv_variant_by_what_it_changes_and_the_record_says_so(
         for k in ("changes", "serving_diff", "perf_not_applicable"):
             v.pop(k)
     assert RunRecord.model_validate(data).variants[1].changes == []
+
+
+def test_the_report_says_what_each_variant_changes_and_which_rules_do_not_apply():
+    from qeval.report import html, markdown
+
+    rec = RunRecord.load(Path(__file__).parents[1] / "fixtures" / "records" / "schema2-gpu.json")
+    assert "What each variant changes" not in markdown.render(rec)  # a record without the fields: nothing said
+    v = next(x for x in rec.variants if x.role == "variant")
+    v = v.model_copy(update={"changes": ["kv_cache"], "serving_diff": ["kv_cache_dtype auto -> fp8"],
+                             "perf_not_applicable": {"weights_bytes <= 0.75x": "answers for weights"}})
+    rec = rec.model_copy(update={"variants": [v if x.name == v.name else x for x in rec.variants]})
+    md = markdown.render(rec)
+    assert (f"- {v.name}: differs in: kv_cache_dtype auto -> fp8; `weights_bytes <= 0.75x` not applicable "
+            "(answers for weights)") in md
+    assert "differs in: kv_cache_dtype auto -&gt; fp8" in html.render(rec)
