@@ -210,7 +210,7 @@ def validate(config: Path) -> None:
     for line in checked.said:
         out.print(line)
     for line in changed + simulated:
-        out.print(line, highlight=False, markup=False)
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "

@@ -106,8 +106,8 @@ class PerfRule(Strict):
         Unknown changes (None), or none that qeval sees, gate it as before: nothing rules it out."""
         if not changes or set(changes) & set(self.scope):
             return None
-        how = "auto, by its metric" if self.applies_to == "auto" else "applies_to"
-        return (f"{self.metric} answers for a change of {' or '.join(self.scope)} ({how}); the variant changes "
+        how = "auto: by its metric" if self.applies_to == "auto" else "as written"
+        return (f"answers for a change of {' or '.join(self.scope)} (applies_to {how}); the variant changes "
                 f"{', '.join(c for c in CHANGES if c in changes)} only")
 
     @property
