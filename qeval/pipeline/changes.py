@@ -20,7 +20,7 @@ _BASE_WEIGHTS = ("bf16", "fp16")
 # engine settings that are not how a variant is served but what it is: the campaign's dtype (one for every
 # variant), vLLM's --quantization (fp8-online quantizes the weights as they load: a change of weights, said by
 # its method), and the KV cache's type (a change of its own)
-_NOT_SERVING = frozenset({"dtype", "quantization", "trust_remote_code"})
+_NOT_SERVING = frozenset({"dtype", "quantization"})
 KV_SETTINGS = frozenset({"kv_cache_dtype"})
 
 
