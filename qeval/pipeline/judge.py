@@ -15,7 +15,8 @@ from ..record.run import Comparison, GateResult, GateVerdict, NoiseFloor, RunRec
 from ..record.measurements import BaselineDistribution, Distribution, FlipRow, Probe, SuiteFlips
 from ..record.store import Record, ResultsStore
 from ..verdict.policy import GatePolicy
-from .plan import Plan
+from .changes import Changes, Served, changes
+from .plan import Plan, engine_spec
 
 if TYPE_CHECKING:
     from ..suites.base import Part, View
@@ -79,6 +80,9 @@ class Judgement:
     distributions: Mapping[str, Mapping[str, Distribution | BaselineDistribution]]  # variant -> logprobs suite
     planned: Mapping[tuple[str, str], int]  # (variant, suite) -> its items, where sequential gates stopped it sooner
     flipped: Mapping[tuple[str, str], list[FlipRow]]  # (variant, suite) -> every flipped row, for flips.parquet
+    # per variant: what it changes against the baseline, and the performance rules that therefore do not gate it
+    changes: Mapping[str, Changes] = field(default_factory=dict)
+    perf_not_applicable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,7 +98,7 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     """Every variant with a key against the baseline, gated. Reads the record (its variants, their status and
     facts) and the store; changes neither."""
     from ..verdict.comparison import adjust_all
-    from ..verdict.gates import evaluate, evaluate_performance, overall_verdict, variant_verdict
+    from ..verdict.gates import evaluate, evaluate_performance, overall_verdict, perf_not_applicable, variant_verdict
 
     found = _Found()
     partial = {r.name for r in record.variants if r.status == "partial"}
@@ -128,10 +132,14 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     adjusted = adjust_all(comparisons, cfg.gates.correction)
     floor = noise_floor(cfg, record, store, keys, p, base_records, adjusted, found) if base_key else None
     gates = evaluate(cfg.gates, adjusted, [v.name for v in cfg.variants if v.name in keys], sequential, not_run)
+    changed = variant_changes(cfg, record)
+    not_applicable = {name: perf_not_applicable(cfg.gates, c.changes) for name, c in changed.items()}
     if base_res is not None and base_res.status == "ok":  # performance gates need the baseline's own figures
         for r in record.variants:
             if r.role == "variant" and r.status == "ok":
-                gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated)
+                c = changed.get(r.name)
+                gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated,
+                                              c.changes if c is not None else None)
     verdicts = {}
     for v in cfg.variants:
         evaluated = base_key is not None and v.name in keys and v.name not in partial
@@ -139,7 +147,21 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     return Judgement(comparisons=tuple(adjusted), noise_floor=floor, multiplicity=cfg.gates.correction,
                      inconclusive=cfg.gates.inconclusive, gates=tuple(gates), verdicts=verdicts,
                      verdict=overall_verdict(verdicts), flips=found.flips, distributions=found.distributions,
-                     planned=planned, flipped=found.flipped)
+                     planned=planned, flipped=found.flipped, changes=changed,
+                     perf_not_applicable={n: x for n, x in not_applicable.items() if x})
+
+
+def variant_changes(cfg: CampaignConfig, record: RunRecord) -> dict[str, Changes]:
+    """What each variant of the campaign changes against the baseline (pipeline/changes.py), with what the
+    record read of each checkpoint's config (a made checkpoint's kv_cache_scheme is known once it is made)."""
+    entries = {r.name: r for r in record.variants}
+
+    def served(v) -> Served:
+        res = entries.get(v.name)
+        return Served(variant=v, engine=engine_spec(cfg, v), scheme=res.scheme if res is not None else {})
+
+    base = served(cfg.baseline)
+    return {v.name: changes(served(v), base) for v in cfg.variants}
 
 
 def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan,

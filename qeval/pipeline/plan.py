@@ -24,6 +24,7 @@ from ..validation import non_defaults
 from ..suites.base import Part, Preflight, Suite, tally_text
 from ..verdict.noise import SUFFIX as NOISE_SUFFIX
 from ..verdict.policy import GatePolicy
+from .changes import Changes, Served, changes
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -373,6 +374,31 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
             base, variant=base.variant.model_copy(update={"name": base.name + NOISE_SUFFIX}), role="noise",
             probe=None, grid=None, cell_probe=None, gates=None,
             concurrency=cfg.noise_floor.shape(list(suite_concurrency(suites).values()))))
+    return out
+
+
+def planned_changes(cfg: CampaignConfig, base: Path) -> dict[str, Changes]:
+    """What each variant changes against the baseline, as the plan sees it: a checkpoint given as is (and the
+    base model, for variants served from it) is read for its kv_cache_scheme; one qeval makes is read once made
+    (the judge's pipeline.judge.variant_changes)."""
+    from ..quantize.describe import describe_checkpoint
+
+    def served(v: VariantSpec) -> Served:
+        ckpt = v.checkpoint if v.checkpoint is not None else base if v.method in UNQUANTIZED else None
+        return Served(variant=v, engine=engine_spec(cfg, v), scheme=describe_checkpoint(ckpt))
+
+    baseline = served(cfg.baseline)
+    return {v.name: changes(served(v), baseline) for v in cfg.variants}
+
+
+def changes_lines(cfg: CampaignConfig, found: dict[str, Changes]) -> list[str]:
+    """Per variant, what it changes and the performance rules that do not gate it: what `qeval validate` says."""
+    from ..verdict.gates import perf_not_applicable
+
+    out = []
+    for name, c in found.items():
+        skipped = perf_not_applicable(cfg.gates, c.changes)
+        out.append(f"{name}: {c.text()}" + "".join(f"; {rule}: not applicable ({why})" for rule, why in skipped.items()))
     return out
 
 

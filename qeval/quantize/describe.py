@@ -22,10 +22,21 @@ def _scheme(w: Any, a: Any) -> str:
     return f"W{w}A{a}" if w not in (None, "") else ""
 
 
+def _kv_cache(q: Mapping[str, Any]) -> dict[str, str]:
+    """The KV cache's scheme a compressed-tensors checkpoint declares (vLLM then serves an FP8 KV cache with its
+    scales); {} where it declares none."""
+    kv = q.get("kv_cache_scheme")
+    if not isinstance(kv, Mapping):
+        return {}
+    out = {"kv_cache_bits": _s(kv.get("num_bits", "")), "kv_cache_type": _s(kv.get("type", "")),
+           "kv_cache_strategy": _s(kv.get("strategy", ""))}
+    return {k: v for k, v in out.items() if v not in ("", "None")}
+
+
 def _compressed_tensors(q: Mapping[str, Any]) -> dict[str, str]:
     groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, Mapping)]
-    if not groups:
-        return {"format": "compressed-tensors"}
+    if not groups:  # a KV-cache-only checkpoint: its weights are the model's
+        return {"format": "compressed-tensors", **_kv_cache(q)}
     g = groups[0]  # llm-compressor's presets have one group; more are listed by their count
     w, a = g.get("weights") or {}, g.get("input_activations") or {}
     out = {"format": "compressed-tensors", "weight_bits": _s(w.get("num_bits", "")),
@@ -40,8 +51,7 @@ def _compressed_tensors(q: Mapping[str, Any]) -> dict[str, str]:
         out["config_groups"] = str(len(groups))
     if q.get("ignore"):
         out["ignore"] = ",".join(map(str, q["ignore"]))
-    if q.get("kv_cache_scheme"):
-        out["kv_cache_bits"] = _s((q["kv_cache_scheme"] or {}).get("num_bits", ""))
+    out |= _kv_cache(q)
     out["scheme"] = _scheme(out["weight_bits"], out["activation_bits"])
     return {k: v for k, v in out.items() if v != ""}
 

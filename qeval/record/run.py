@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict
@@ -16,6 +17,19 @@ from .measurements import RecordModel as _Model
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
 # and distributions as typed models (record/measurements.py) whose JSON is what the dicts before them wrote
 SCHEMA_VERSION = 3
+
+# what a variant may change against the baseline (pipeline/changes.py reads which): the weights (method, recipe,
+# checkpoint), the KV cache (its dtype, or a checkpoint's kv_cache_scheme), how it is served (an engine setting)
+Change = Literal["weights", "kv_cache", "serving"]
+CHANGES: tuple[Change, ...] = ("weights", "kv_cache", "serving")
+
+
+def changes_text(changes: Collection[str], serving_diff: Collection[str]) -> str:
+    """What a variant changes, in words: "differs in: weights; kv_cache_dtype auto -> fp8"."""
+    said = (["weights"] if "weights" in changes else []) + list(serving_diff)
+    if "kv_cache" in changes and not any(d.startswith("kv_cache_dtype ") for d in serving_diff):
+        said.append("KV cache (its checkpoint's kv_cache_scheme)")
+    return "differs in: " + "; ".join(said) if said else "differs in nothing qeval sees"
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
@@ -117,6 +131,11 @@ class VariantResult(Measured, Named):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
+    # what it changes against the baseline (pipeline/changes.py): weights, kv_cache, serving
+    changes: list[Change] = []
+    serving_diff: list[str] = []  # each engine setting it is served with otherwise: "kv_cache_dtype auto -> fp8"
+    # the performance rules that do not gate it, by what it changes (PerfRule.applies_to): rule -> why
+    perf_not_applicable: dict[str, str] = {}
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import jinja2
 
-from ..record.run import GateResult, RunRecord
+from ..record.run import GateResult, RunRecord, changes_text
 from ..record.measurements import Grid, GridCell, ProbeStep, SuiteFlips
 from ..verdict.findings import qualifier
 from ..verdict.flips import KEEP
@@ -30,6 +30,10 @@ TEMPLATE = """\
 {% for v in r.variants if v.simulated %}
 {{ "Simulated (quality judged on the scheme's dequantized weights; weights, memory and speed are the dense model's, so performance rules show nothing):" if loop.first }}
 - {{ v.name }}: {{ v.simulated }}
+{% endfor %}
+{% for v in r.variants if v.role == "variant" and (v.changes or v.perf_not_applicable) %}
+{{ "What each variant changes against the baseline (a performance rule gates the variants whose changes it answers for):" if loop.first }}
+- {{ v.name }}: {{ differs(v.changes, v.serving_diff) }}{% for rule, why in v.perf_not_applicable.items() %}; `{{ rule }}` not applicable ({{ why }}){% endfor %}
 {% endfor %}
 **{{ rec.text() }}**
 
@@ -432,7 +436,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
     nf = r.noise_floor
     floor_variants = [v.name for v in r.variants if v.role == "variant"]
     return _compiled(template).render(
-        nf=nf, floor_variants=floor_variants, show=show_floor, differ=differences(r.variants),
+        nf=nf, floor_variants=floor_variants, show=show_floor, differ=differences(r.variants), differs=changes_text,
         floor_rows=floor_rows(nf.figures, r.comparisons, nf.within, floor_variants) if nf else [],
         gridded=any(v.grid for v in r.variants), **_grid_helpers(),
         flipped=any(v.flips for v in r.variants), keep=KEEP,

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..methods import scheme_params
-from ..record.run import RunRecord, VariantResult
+from ..record.run import RunRecord, VariantResult, changes_text
 from ..record.measurements import Grid, metric_segment
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
@@ -226,6 +226,9 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
             vtags = {"qeval.run_id": record.run_id, "qeval.role": v.role, "qeval.status": v.status,
                      "qeval.verdict": shown_verdict(record, v),
                      **({"qeval.simulated": v.simulated} if v.simulated else {}),  # why: its perf figures are not its own
+                     # what it changes against the baseline, which decides the performance rules that gate it
+                     **({"qeval.changes": ",".join(v.changes), "qeval.differs": changes_text(v.changes, v.serving_diff)}
+                        if v.changes else {}),
                      **gate_tags(record, v.name)}
             figures = variant_metrics(record, v.name) | (compare_metrics(record, v.name, base) if base else {})
             _upsert(client, child, vparams, vtags, figures, probe_history(record, v.name), now)

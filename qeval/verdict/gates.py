@@ -7,6 +7,7 @@ the p-values that look for differences, and the report says which one.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Mapping
 
@@ -141,16 +142,21 @@ def overall_verdict(per_variant: dict[str, GateVerdict]) -> GateVerdict:
 
 
 def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float],
-                         cand: dict[str, float], simulated: str | None = None) -> list[GateResult]:
+                         cand: dict[str, float], simulated: str | None = None,
+                         changes: Collection[str] | None = None) -> list[GateResult]:
     """Measured figures, no interval: the ratio variant / baseline against the rule's bound. A figure
     the campaign did not measure (no probe, say) fails a fail rule rather than passing it, and warns a
     warn rule (which never fails a variant). A simulated variant's figures are the dense model's, not its
-    scheme's: nothing is shown either way (INCONCLUSIVE; a warn rule WARNs), and the reason says why."""
+    scheme's: nothing is shown either way (INCONCLUSIVE; a warn rule WARNs), and the reason says why.
+    `changes`: what the variant changes against the baseline (pipeline/changes.py); a rule that does not apply
+    to them is not gated (perf_not_applicable lists it)."""
     out = []
     for r in policy.performance:
+        if r.not_applicable(changes):
+            continue
         bound = r.min_ratio if r.min_ratio is not None else r.max_ratio
-        spec = f">= {r.min_ratio:g}x" if r.min_ratio is not None else f"<= {r.max_ratio:g}x"
-        common = dict(variant=variant, suite="perf", metric=r.metric, rule=f"{r.metric} {spec}", mode="ratio",
+        spec = r.bound_text
+        common = dict(variant=variant, suite="perf", metric=r.metric, rule=r.text, mode="ratio",
                       margin=bound, margin_spec=f"{spec} baseline", alpha=0.0, beta=0.0, action=r.action)
         if simulated:
             out.append(GateResult(**common, verdict="INCONCLUSIVE" if r.action == "fail" else "WARN",
@@ -168,3 +174,8 @@ def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float
                               verdict=verdict, reason=f"ratio {ratio:.3f} ({spec} required)",
                               finding="ratio_met" if ok else "ratio_missed"))
     return out
+
+
+def perf_not_applicable(policy: GatePolicy, changes: Collection[str] | None) -> dict[str, str]:
+    """The performance rules that do not gate a variant of these changes, each with why (rule text -> reason)."""
+    return {r.text: why for r in policy.performance if (why := r.not_applicable(changes))}

@@ -3,10 +3,12 @@ performance ratios it must meet. Inline in a campaign file or a file of its own 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from ..record.run import CHANGES, Change
 from ..validation import Strict
 
 
@@ -66,6 +68,13 @@ PerfMetric = Literal["weights_bytes", "engine_rss_bytes", "engine_gpu_bytes", "m
                      "ttft_p50_ms_c1", "tpot_p50_ms_c1"]
 
 
+# `applies_to: auto`: the changes a figure answers for. The weights' size moves with the weights alone: an FP8 KV
+# cache over the same weights is 1.00x of them, which says nothing of it; the KV cache's tokens move with the
+# weights (the memory they leave) or the KV cache's type; speed and the engine's memory move with any change
+AUTO_APPLIES: dict[str, tuple[Change, ...]] = {"weights_bytes": ("weights",), "model_memory_bytes": ("weights",),
+                                               "kv_cache_tokens": ("weights", "kv_cache")}
+
+
 class PerfRule(Strict):
     """A performance gate: the variant's figure over the baseline's, e.g. throughput >= 1.3x."""
 
@@ -73,12 +82,43 @@ class PerfRule(Strict):
     min_ratio: float | None = Field(None, gt=0)
     max_ratio: float | None = Field(None, gt=0)
     action: Literal["fail", "warn"] = "fail"
+    # which variants it gates, by what they change against the baseline: auto (by its metric: AUTO_APPLIES),
+    # any, or a list; a variant that changes none of them is not gated by it (listed as not applicable)
+    applies_to: Literal["auto", "any"] | list[Change] = "auto"
 
     @model_validator(mode="after")
     def _one_bound(self) -> "PerfRule":
         if (self.min_ratio is None) == (self.max_ratio is None):
             raise ValueError("give exactly one of `min_ratio` or `max_ratio`")
+        if isinstance(self.applies_to, list) and not self.applies_to:
+            raise ValueError("applies_to: name at least one of weights, kv_cache, serving (or any, or auto)")
         return self
+
+    @property
+    def scope(self) -> tuple[Change, ...]:
+        """The changes this rule answers for, `auto` resolved by its metric."""
+        if self.applies_to == "auto":
+            return AUTO_APPLIES.get(self.metric, CHANGES)
+        return CHANGES if self.applies_to == "any" else tuple(c for c in CHANGES if c in self.applies_to)
+
+    def not_applicable(self, changes: Collection[str] | None) -> str | None:
+        """Why this rule does not gate a variant that changes `changes` against the baseline, or None: it does.
+        Unknown changes (None), or none that qeval sees, gate it as before: nothing rules it out."""
+        if not changes or set(changes) & set(self.scope):
+            return None
+        how = "auto: by its metric" if self.applies_to == "auto" else "as written"
+        return (f"answers for a change of {' or '.join(self.scope)} (applies_to {how}); the variant changes "
+                f"{', '.join(c for c in CHANGES if c in changes)} only")
+
+    @property
+    def bound_text(self) -> str:
+        """Its bound as written: ">= 1.3x", "<= 0.75x"."""
+        return f">= {self.min_ratio:g}x" if self.min_ratio is not None else f"<= {self.max_ratio:g}x"
+
+    @property
+    def text(self) -> str:
+        """The rule as its gate result names it: "weights_bytes <= 0.75x"."""
+        return f"{self.metric} {self.bound_text}"
 
 
 class Recommend(Strict):

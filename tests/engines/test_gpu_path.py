@@ -96,6 +96,79 @@ def test_an_fp8_kv_cache_is_a_variant_of_its_own(tmp_path):
         CampaignConfig.model_validate({**doc, "engine": {"device": "gpu", "kv_cache_dtype": "int4"}})
 
 
+def test_an_attention_backend_is_passed_to_vllm_and_enters_the_key(tmp_path):
+    """engine.attention_backend: vLLM's --attention-backend, a serving setting of its own key; unset, nothing changes."""
+    doc = {"name": "g", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+           "variants": [{"name": "fi", "method": "bf16", "engine": {"attention_backend": "FLASHINFER"}}],
+           "engine": {"device": "gpu"}, "probe": {"enabled": True}}
+    cfg = CampaignConfig.model_validate(doc)
+    fi = cfg.variants[0]
+    argv = VllmEngine(variant=fi, checkpoint=tmp_path, spec=_engine_spec(cfg, fi), settings=Settings(cache=tmp_path),
+                      log_dir=tmp_path).argv(8000)
+    assert argv[argv.index("--attention-backend") + 1] == "FLASHINFER"
+    assert "--attention-backend" not in VllmEngine(variant=cfg.baseline, checkpoint=tmp_path,
+                                                   spec=_engine_spec(cfg, cfg.baseline),
+                                                   settings=Settings(cache=tmp_path), log_dir=tmp_path).argv(8000)
+    c = Campaign(cfg, Settings(cache=tmp_path))
+    assert c.variant_key(fi, "h") != c.variant_key(cfg.baseline, "h")
+    with pytest.raises(ValueError, match="attention_backend"):
+        CampaignConfig.model_validate({**doc, "engine": {"device": "gpu", "attention_backend": "--enforce-eager"}})
+
+
+def _gpu_plan_cfg(tmp_path, variant: dict) -> CampaignConfig:
+    (tmp_path / "config.json").write_text("{}")
+    return CampaignConfig.model_validate({
+        "name": "g", "model": {"path": str(tmp_path)}, "baseline": {"name": "bf16", "method": "bf16"},
+        "variants": [variant], "engine": {"device": "gpu"}, "probe": {"enabled": True}})
+
+
+@pytest.mark.parametrize("recipe", [{"bits": 3}, {"bits": 2}, {"scheme": "W3A16"}])
+def test_a_weight_width_cudas_kernels_do_not_take_is_simulated_or_refused_at_plan_time(tmp_path, recipe):
+    """vLLM's CUDA weight-only kernels (Marlin) take 4- and 8-bit integer weights only: W3A16 on device gpu is
+    simulated with `simulate: auto` and refused at plan time otherwise, with no GPU on the machine that plans."""
+    from qeval.config import ProbeSpec, VariantSpec
+    from qeval.engines.vllm import VllmSpec
+    from qeval.pipeline.plan import plan, served_dequantized
+
+    gpu = VllmSpec(device="gpu")
+    v = VariantSpec(name="w3", method="rtn", recipe=recipe)
+    assert "4- and 8-bit" in VllmEngine.no_kernel(gpu, v) and "Marlin" in VllmEngine.no_kernel(gpu, v)
+    assert VllmEngine.check_plan(gpu, v, ProbeSpec()) is None  # auto: simulated
+    settings = Settings(cache=tmp_path)
+    cfg = _gpu_plan_cfg(tmp_path, {"name": "w3", "method": "rtn", "recipe": recipe})
+    assert "Marlin" in served_dequantized(cfg, settings)["w3"]
+    never = _gpu_plan_cfg(tmp_path, {"name": "w3", "method": "rtn", "recipe": {**recipe, "simulate": False}})
+    with pytest.raises(ConfigError) as e:
+        plan(never, settings)
+    assert "4- and 8-bit" in str(e.value) and "recipe.simulate" in str(e.value) and "on a GPU" not in str(e.value)
+    for ok in ({"bits": 4}, {"bits": 8}, {"scheme": "W4A16_ASYM"}, {"scheme": "W8A16"}):
+        assert VllmEngine.no_kernel(gpu, VariantSpec(name="ok", method="rtn", recipe=ok)) is None
+
+
+def test_per_head_kv_scales_are_refused_on_a_cpu(tmp_path):
+    """vLLM's CPU attention backend refuses a kv_cache_scheme with per-head (attn_head) scales at start-up; a GPU
+    (FlashAttention) serves them, and per-tensor scales serve on both."""
+    import json
+
+    from qeval.config import ProbeSpec, VariantSpec
+    from qeval.engines.vllm import VllmSpec
+
+    def ckpt(strategy: str) -> Path:
+        d = tmp_path / strategy
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"quantization_config": {
+            "quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                                                                      "strategy": strategy, "symmetric": True}}}))
+        return d
+
+    head = VariantSpec(name="kv", method="checkpoint", checkpoint=ckpt("attn_head"))
+    message, where = VllmEngine.check_plan(VllmSpec(), head, ProbeSpec())
+    assert "attn_head" in message and where == "checkpoint"
+    assert VllmEngine.check_plan(VllmSpec(device="gpu"), head, ProbeSpec()) is None
+    tensor = VariantSpec(name="kv", method="checkpoint", checkpoint=ckpt("tensor"))
+    assert VllmEngine.check_plan(VllmSpec(), tensor, ProbeSpec()) is None
+
+
 @pytest.mark.parametrize("bad, says", [
     ({"engine": {"gpu_memory_utilization": 0.5}}, "gpu_memory_utilization is for device: gpu"),
     ({"probe": {"enabled": False}, "suites": []}, "suites: empty"),

@@ -83,7 +83,12 @@ def test_bits_vllm_cpu_cannot_serve_are_simulated_or_refused_before_anything_sta
     assert "not W3A16" in str(e.value) and "variant w3: recipe.simulate" in str(e.value), str(e.value)
     assert load_config(never).config_hash() != auto.config_hash()  # false is not auto
     assert scheme_params("rtn", {"bits": 3, "simulate": True})["simulated"] == "true"
+    # vLLM's CUDA kernels (Marlin) take 4- and 8-bit weights only: a GPU simulates W3A16 too, and serves W8A16
     cfg = _campaign(tmp_path, "{name: w3, method: rtn, recipe: {bits: 3}}")
+    cfg.write_text(cfg.read_text().replace("probe:", "engine: {device: gpu}\nprobe:"))
+    plan(load_config(cfg), settings, str(cfg))
+    assert "Marlin" in served_dequantized(load_config(cfg), settings)["w3"]
+    cfg = _campaign(tmp_path, "{name: w8, method: rtn, recipe: {bits: 8}}")
     cfg.write_text(cfg.read_text().replace("probe:", "engine: {device: gpu}\nprobe:"))
     plan(load_config(cfg), settings, str(cfg))  # a GPU serves it
     assert served_dequantized(load_config(cfg), settings) == {}
