@@ -48,6 +48,7 @@ class ImportedTask:
     advisory: dict[str, Any] = field(default_factory=dict)
     planned: tuple[str, ...] = ()  # the metrics the task declares, whether or not any record has a score for them
     file: str = ""  # the file its identity was read from, named when a comparison is refused
+    records_file: str = ""  # the file its records were read from (each record's extra["at"] is a line of it)
 
 
 @dataclass(frozen=True)

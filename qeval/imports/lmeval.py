@@ -228,7 +228,7 @@ class LmEvalImporter(Importer):
                 suite=suite, records=tuple(records), declared=self._declared(task, results, records, results_path),
                 identity=self._identity(task, config, results), advisory=self._advisory(task, config, results),
                 planned=tuple(e["metric"] for e in metric_list if isinstance(e.get("metric"), str)),
-                file=str(results_path))
+                file=str(results_path), records_file=str(samples))
         args = (results.get("config") or {}).get("model_args")
         model = results.get("model_name") or (args.get("model") if isinstance(args, dict) else None)
         source = Source(format=FORMAT, evaluator="lm-eval", version=results.get("lm_eval_version"),

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict
 
 from ..errors import ConfigError
-from .measurements import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
+from .measurements import (BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, ImportedSource, Probe,
+                           SuiteFlips)
 from .measurements import RecordModel as _Model
 
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
@@ -108,6 +109,7 @@ class VariantResult(Measured, Named):
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
+    imported: ImportedSource | None = None  # method `results`: the files another evaluator wrote, read not served
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":
