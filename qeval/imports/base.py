@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
+from ..hashing import stable_hash
 from ..record.metrics import MetricSpec
 from ..record.store import Record
 
@@ -49,6 +50,11 @@ class ImportedTask:
     planned: tuple[str, ...] = ()  # the metrics the task declares, whether or not any record has a score for them
     file: str = ""  # the file its identity was read from, named when a comparison is refused
     records_file: str = ""  # the file its records were read from (each record's extra["at"] is a line of it)
+
+    @property
+    def identity_hash(self) -> str:
+        """A digest of its identity, for the record (which two runs of the task were compared): not a store key."""
+        return stable_hash(self.identity)
 
 
 @dataclass(frozen=True)

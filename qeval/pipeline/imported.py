@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..config import CampaignConfig, VariantSpec
 from ..errors import ConfigError
-from ..hashing import key_hash, stable_hash
+from ..hashing import key_hash
 from ..imports import IMPORTERS
 from ..imports.base import Imported, ImportedTask
 from ..imports.checks import SHOWN, check_comparable, check_declared, check_items
@@ -97,7 +97,7 @@ def import_all(cfg: CampaignConfig) -> tuple[list[ImportedVariant], Plan]:
     fmt = base_data.source.format
     declared: dict[str, dict[str, MetricSpec]] = {t.suite: dict(t.declared) for t in tasks}
     out = []
-    base_facts = {t.suite: ImportedTaskFacts(identity_hash=stable_hash(t.identity)) for t in tasks}
+    base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash) for t in tasks}
     for spec in cfg.variants:
         data = read_variant(spec)
         if data.source.format != fmt:
@@ -117,7 +117,7 @@ def import_all(cfg: CampaignConfig) -> tuple[list[ImportedVariant], Plan]:
             unpaired = {k: list(v[:SHOWN]) for k, v in (("baseline", items.unpaired_base),
                                                         ("variant", items.unpaired_cand)) if v}
             facts[t.suite] = ImportedTaskFacts(
-                identity_hash=stable_hash(cand.identity), advisory=advisory, unpaired=unpaired,
+                identity_hash=cand.identity_hash, advisory=advisory, unpaired=unpaired,
                 unpaired_reason="the item is in one run's results only (another limit or sample set)" if unpaired
                 else None)
         out.append(ImportedVariant(spec, "variant", data, variant_key(data), facts))
