@@ -2,11 +2,11 @@
 
 from typing import Any
 
-__all__ = ["CampaignConfig", "CampaignResult", "Settings", "load_config", "run"]
+__all__ = ["CampaignConfig", "CampaignResult", "Settings", "compare", "load_config", "run"]
 
 # imported on first use: `qeval --help` and a config error must not pay for scipy and the pipeline
 _WHERE = {"CampaignConfig": "config", "load_config": "config", "Settings": "settings",
-          "CampaignResult": "pipeline.campaign", "run": "pipeline.campaign"}
+          "CampaignResult": "pipeline.campaign", "run": "pipeline.campaign", "compare": "pipeline.imported"}
 
 
 def __getattr__(name: str) -> Any:

@@ -149,6 +149,64 @@ def finish(config: Path = typer.Argument(..., help="the campaign YAML of an inte
     _run_or_finish(config, no_mlflow, campaign.finish)
 
 
+@app.command()
+def compare(config: Path = typer.Argument(None, help="a comparison file: the campaign schema, every variant "
+                                                     "`method: results` (else give --baseline and --variant)"),
+            baseline: str = typer.Option(None, "--baseline", metavar="NAME=FORMAT:PATH",
+                                         help="the baseline's results, e.g. bf16=lm_eval:runs/bf16/"),
+            variant: list[str] = typer.Option(None, "--variant", metavar="NAME=FORMAT:PATH",
+                                              help="a variant's results (repeatable)"),
+            policy: Path = typer.Option(None, "--policy", help="the gate policy file (default: qeval's default policy)"),
+            out_dir: Path = typer.Option(None, "--out", help="the run folder (default: runs/<name>)"),
+            name: str = typer.Option(None, "--name", help="the comparison's name (default: the --out folder's)"),
+            tasks: list[str] = typer.Option(None, "--tasks", metavar="TASK",
+                                            help="compare only these tasks of the baseline's (repeatable)"),
+            no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later"),
+            ) -> None:
+    """Compare per-item results another evaluator already wrote (lm-eval's --log_samples output), serving
+    nothing: the same pairing, gates, report, JUnit, exit codes and MLflow logging as a campaign."""
+    from .pipeline.imported import compare as compare_results
+
+    if config is not None and (baseline or variant or policy or out_dir or name or tasks):
+        _fail(ConfigError("give a comparison file, or --baseline and --variant, not both"))
+    if config is None:
+        try:
+            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [])
+        except QevalError as e:
+            _fail(e)
+    _run_or_finish(config, no_mlflow, compare_results)
+
+
+def _comparison_file(baseline: str | None, variants: list[str], policy: Path | None, out_dir: Path | None,
+                     name: str | None, tasks: list[str]) -> Path:
+    """The command line's comparison as a campaign file in its run folder (comparison.yaml): what the record
+    names, and what `qeval compare comparison.yaml` runs again."""
+    import yaml
+
+    from .imports.sources import parse_source
+
+    if not baseline or not variants:
+        raise ConfigError("qeval compare needs --baseline NAME=FORMAT:PATH and at least one --variant "
+                          "(or a comparison file)")
+
+    def entry(text: str, option: str, chosen: list[str]) -> dict:
+        n, fmt, path = parse_source(text, option)
+        results = {"format": fmt, "path": str(path.resolve())}
+        return {"name": n, "method": "results", "results": {**results, **({"tasks": chosen} if chosen else {})}}
+
+    out_dir = (out_dir or Path("runs") / (name or "comparison")).resolve()
+    doc = {"name": name or out_dir.name, "output_dir": str(out_dir.parent),
+           "baseline": entry(baseline, "--baseline", tasks), "variants": [entry(v, "--variant", []) for v in variants]}
+    if policy is not None:
+        if not policy.is_file():
+            raise ConfigError(f"gate policy {policy} does not exist", where="--policy")
+        doc["gates"] = str(policy.resolve())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "comparison.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
     from .config import load_config
     from .settings import Settings

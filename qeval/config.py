@@ -19,7 +19,7 @@ from .engines.spec import (EngineSpec, ExternalSpec, ServedEngineSpec, ServerSpe
 from .errors import ConfigError
 from .executors.spec import ExecutorSpec, LocalExecutorSpec
 from .hashing import content_hash, key_hash
-from .methods import CALIBRATED, METHODS, QUANTIZED, WEIGHT_ONLY
+from .methods import CALIBRATED, METHODS, QUANTIZED, RESULTS, WEIGHT_ONLY
 from .probe.spec import GridEngineSpec, GridSpec, Positive, ProbeSpec
 from .quantize.base import QUANTIZERS
 from .quantize.spec import RecipeSpec
@@ -31,7 +31,7 @@ from .tracking.spec import MlflowSpec
 from .verdict.noise import SUFFIX as NOISE_SUFFIX, NoiseFloorSpec
 from .verdict.policy import GatePolicy, GateRule, PerfMetric, PerfRule
 
-__all__ = ["CampaignConfig", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
+__all__ = ["CampaignConfig", "ResultsSpec", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
            "GenerationSpec", "GridEngineSpec", "GridSpec", "LmEvalSuiteRef", "LogprobsSuiteRef", "METHODS",
            "MlflowSpec", "ModelSpec", "Name", "PerfMetric", "PerfRule", "Positive", "ProbeSpec", "QUANTIZED",
            "RecipeSpec", "ServedEngineSpec", "ServerSpec", "Strict", "SuiteRef", "TgiSpec", "TrtllmSpec",
@@ -97,6 +97,26 @@ class ModelSpec(Strict):
         return out
 
 
+class ResultsSpec(Strict):
+    """Per-item results another evaluator wrote (`method: results`): read by the importer of `format`
+    (qeval/imports), never served."""
+
+    format: str  # a registered importer: lm_eval
+    path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json)
+    tasks: list[str] | None = None  # the tasks to compare (lm-eval task names); None: every task the baseline has
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from .imports import IMPORTERS
+
+        try:
+            IMPORTERS.get(v)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+
 class VariantSpec(Strict):
     name: Name
     method: str  # one of METHODS, or a method a registered quantizer makes (its `methods`)
@@ -109,6 +129,7 @@ class VariantSpec(Strict):
     # TensorRT engine, for engine kind trtllm with backend tensorrt) for fp8
     quantizer: str | None = None  # a registered quantizer (entry-point group qeval.quantizers)
     engine: dict[str, Any] = {}  # per-variant overrides of the campaign's engine settings
+    results: ResultsSpec | None = None  # method `results`: what another evaluator wrote, compared as it is
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +166,12 @@ class VariantSpec(Strict):
             raise ValueError("method 'external' needs `endpoint` (e.g. http://127.0.0.1:8000/v1)")
         if self.method != "external" and self.endpoint:
             raise ValueError("`endpoint` is only for method 'external'")
+        if (self.method == RESULTS) != (self.results is not None):
+            raise ValueError("method 'results' and `results: {format, path}` go together")
+        if self.method == RESULTS and (self.checkpoint or self.endpoint or self.engine or self.quantizer
+                                       or non_defaults(self.recipe)):
+            raise ValueError("a `results` variant is read, not made or served: it takes no checkpoint, endpoint, "
+                             "engine, quantizer or recipe")
         if self.method == "checkpoint" and self.checkpoint is None:
             raise ValueError("method 'checkpoint' needs `checkpoint` (a folder)")
         if self.quantizer is not None:
@@ -174,7 +201,7 @@ class VariantSpec(Strict):
 class CampaignConfig(Strict):
     name: Name
     description: str = ""  # shown under the verdict in every report (e.g. what the figures can and cannot mean)
-    model: ModelSpec
+    model: ModelSpec | None = None  # None only where every variant is `results` (a comparison, `qeval compare`)
     output_dir: Path = Path("runs")
     baseline: VariantSpec
     variants: list[VariantSpec] = Field(min_length=1)
@@ -204,8 +231,33 @@ class CampaignConfig(Strict):
             raise ValueError(f"the baseline must be full precision, not {v.method!r}")
         return v
 
+    @property
+    def imported(self) -> bool:
+        """Every variant, the baseline too, is results another evaluator wrote: compared, nothing served."""
+        return all(v.method == RESULTS for v in self.all_variants())
+
+    @model_validator(mode="after")
+    def _imported_or_served(self) -> "CampaignConfig":
+        if self.imported:
+            given = [k for k in ("model", "suites", "engine", "probe", "grid", "noise_floor") if k in self.model_fields_set]
+            if given:
+                raise ValueError(f"every variant is `results` (compared, not served): {', '.join(given)} "
+                                 "come from the results themselves; remove them")
+            return self
+        if any(v.method == RESULTS for v in self.all_variants()):
+            raise ValueError("a campaign either serves its variants or compares results another evaluator wrote: "
+                             "make every variant, the baseline too, `method: results`, or none")
+        if self.model is None:
+            raise ValueError("model: required (the base checkpoint the variants are made from)")
+        return self
+
     @model_validator(mode="after")
     def _unique_names(self) -> "CampaignConfig":
+        if self.imported:
+            names = [self.baseline.name] + [v.name for v in self.variants]
+            if (dup := {n for n in names if names.count(n) > 1}):
+                raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+            return self
         names = [self.baseline.name] + [v.name for v in self.variants]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -317,6 +369,10 @@ def _resolve_recipe(recipe: RecipeSpec, base: Path) -> RecipeSpec:
     return recipe.model_copy(update=update)
 
 
+def _resolve_results(results: ResultsSpec | None, base: Path) -> ResultsSpec | None:
+    return None if results is None else results.model_copy(update={"path": _resolve(results.path, base)})
+
+
 def load_policy(path: Path) -> GatePolicy:
     data, node = read_yaml(path)
     if not isinstance(data, dict):
@@ -334,10 +390,12 @@ def load_config(path: str | Path) -> CampaignConfig:
     written = non_defaults(cfg)  # before any path is made absolute
     base = path.resolve().parent
     suites = [s.located(base) for s in cfg.suites]
-    variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base), "recipe": _resolve_recipe(v.recipe, base)})
+    variants = [v.model_copy(update={"checkpoint": _resolve(v.checkpoint, base), "recipe": _resolve_recipe(v.recipe, base),
+                                     "results": _resolve_results(v.results, base)})
                 for v in cfg.variants]
-    baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base)})
-    model = cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
+    baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base),
+                                               "results": _resolve_results(cfg.baseline.results, base)})
+    model = None if cfg.model is None else cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
     cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
                                  "output_dir": _resolve(cfg.output_dir, base)})
     if isinstance(cfg.gates, Path):
@@ -356,11 +414,13 @@ def load_config(path: str | Path) -> CampaignConfig:
         if v.recipe.file is not None and not v.recipe.file.is_file():
             raise ConfigError(f"recipe file {v.recipe.file} does not exist", file=str(path),
                               where=f"variant {v.name}: recipe.file")
+        if v.results is not None and not v.results.path.exists():
+            raise ConfigError(f"{v.results.path} does not exist", file=str(path), where=f"variant {v.name}: results.path")
         cal = v.recipe.calibration
         if cal is not None and not cal.path.exists():
             raise ConfigError(f"calibration data {cal.path} does not exist", file=str(path),
                               where=f"variant {v.name}: recipe.calibration.path")
-    if cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
+    if cfg.model is not None and cfg.model.path is not None and not (cfg.model.path / "config.json").is_file():
         raise ConfigError(f"{cfg.model.path} is not a checkpoint folder (no config.json)", file=str(path), where="model.path")
     for s in cfg.suites:
         s.check_files(str(path))

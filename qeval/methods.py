@@ -4,8 +4,10 @@ serve), the quantizers (what they make) and the record's views (MLflow's params)
 from __future__ import annotations
 
 # fp8-online: the base checkpoint, quantized to FP8 by vLLM as it loads (`--quantization fp8`), GPU only;
-# rtn: W<bits>A16 round-to-nearest (llm-compressor, no calibration): speed figures without calibration time
-METHODS = ("bf16", "fp16", "gptq", "awq", "rtn", "int8", "fp8", "fp8-online", "checkpoint", "external")
+# rtn: W<bits>A16 round-to-nearest (llm-compressor, no calibration): speed figures without calibration time;
+# results: per-item results another evaluator already wrote (qeval/imports), read, not served
+METHODS = ("bf16", "fp16", "gptq", "awq", "rtn", "int8", "fp8", "fp8-online", "checkpoint", "external", "results")
+RESULTS = "results"
 QUANTIZED = {"gptq", "awq", "rtn", "int8", "fp8", "fp8-online"}
 CALIBRATED = {"gptq", "awq", "int8"}  # the methods that read calibration data
 WEIGHT_ONLY = {"gptq", "awq", "rtn"}  # the methods whose weight bits `bits` sets

@@ -49,6 +49,10 @@ class Registry:
         self._load_plugins()
         return sorted(self._items)
 
+    def every_name(self) -> list[str]:
+        """The registered names and the built-ins not imported yet (for a choice among all of them)."""
+        return sorted(set(self.names()) | set(self._modules))
+
     def get(self, name: str) -> Any:
         if name not in self._items and name in self._modules:
             importlib.import_module(self._modules[name])

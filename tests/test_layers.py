@@ -27,6 +27,7 @@ ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records", ("qeval.record*",)),
     ("verdict", ("qeval.verdict*",)),
     ("engines", ("qeval.engines*",)),
+    ("imports", ("qeval.imports*",)),
     ("suites, probe, quantize", ("qeval.suites*", "qeval.probe*", "qeval.quantize*")),
     ("report, tracking", ("qeval.report*", "qeval.tracking*")),
     ("executors", ("qeval.executors*",)),

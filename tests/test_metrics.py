@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from qeval.config import load_policy
+from qeval.errors import ConfigError
 from qeval.suites.logprobs import LogprobsSuite
 from qeval.suites.lmeval_tasks import task_metrics
 from qeval.verdict.comparison import compare_metric
@@ -48,7 +49,14 @@ def test_lm_eval_metrics_are_declared_by_lm_eval_and_the_task():
     text = (ROOT / "suites/lmeval/oe_addition.yaml").read_text()
     m = task_metrics("oe_addition", text, "f.yaml")
     assert m["exact_match"].binary and m["exact_match"].higher_is_better
-    assert not m["perplexity"].binary and m["perplexity"].higher_is_better is False
+    # lm-eval's per-line perplexity is a log-likelihood its corpus aggregation turns into the figure: no
+    # per-item score, so no declaration, and a task that lists it is refused
+    assert "perplexity" not in m and "bleu" not in m
+    with pytest.raises(ConfigError, match="'perplexity' is not a per-item score: lm-eval aggregates it over the "
+                                          r"corpus \(perplexity\)"):
+        task_metrics("t", "metric_list:\n  - metric: perplexity\n", "t.yaml")
+    with pytest.raises(ConfigError, match=r"t.yaml:metric_list: acc: task t: metric 'acc' is not a per-item score"):
+        task_metrics("t", "metric_list:\n  - metric: acc\n    aggregation: median\n", "t.yaml")
     own = task_metrics("t", "metric_list:\n  - metric: !function utils.score\n  - metric: judge\n"
                             "    higher_is_better: false\n  - metric: acc\n    higher_is_better: true\n", "t.yaml")
     assert own["judge"] == own["judge"].__class__(binary=False, higher_is_better=False, source=own["judge"].source)

@@ -338,6 +338,9 @@ def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
     """Resolve and validate every suite and variant before anything starts: what the files say first (exit 2),
     then what the machine lacks (the embedded model, lm-eval's data: exit 3)."""
+    if cfg.imported:
+        raise ConfigError("every variant is `results`: nothing to serve; compare them with `qeval compare "
+                          f"{config_file or 'FILE'}`", file=config_file)
     _check_variants(cfg, config_file)
     _check_quantizer_inputs(cfg, settings, config_file)
     suites = tuple(ref.resolve(settings, cfg.gates, config_file) for ref in cfg.suites)

@@ -255,3 +255,32 @@ class FloorNote(RecordModel):
     figure: str
     value: float
     floor: float
+
+
+class ImportedFile(RecordModel):
+    path: str
+    sha256: str
+    lines: int
+
+
+class ImportedTaskFacts(RecordModel):
+    """One task of an imported variant: the hash of what makes it comparable (its identity), what differs from the
+    baseline's without refusing the comparison (the evaluator's version, its limit, data paths), and the items of
+    either side that did not pair, the first few named with the reason."""
+
+    identity_hash: str
+    advisory: dict[str, list[Any]] = {}  # key -> [the baseline's value, this variant's]
+    unpaired: dict[str, list[str]] = {}  # "baseline" / "variant" -> the first item ids only that side has
+    unpaired_reason: str | None = None
+
+
+class ImportedSource(RecordModel):
+    """Where an imported variant's records came from (`method: results`): not served by qeval, so no engine,
+    checkpoint, memory or time figures."""
+
+    format: str
+    evaluator: str
+    version: str | None = None
+    model: str | None = None  # the model as the results name it
+    files: list[ImportedFile] = []
+    tasks: dict[str, ImportedTaskFacts] = {}  # by suite

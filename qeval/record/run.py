@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict
 
 from ..errors import ConfigError
-from .measurements import BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, Probe, SuiteFlips
+from .measurements import (BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, ImportedSource, Probe,
+                           SuiteFlips)
 from .measurements import RecordModel as _Model
 
 # 2: gate modes, power (MDE), interval method, correction; 3: reused (the shared store), and the probe, grid
@@ -136,6 +137,7 @@ class VariantResult(Measured, Named):
     serving_diff: list[str] = []  # each engine setting it is served with otherwise: "kv_cache_dtype auto -> fp8"
     # the performance rules that do not gate it, by what it changes (PerfRule.applies_to): rule -> why
     perf_not_applicable: dict[str, str] = {}
+    imported: ImportedSource | None = None  # method `results`: the files another evaluator wrote, read not served
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":

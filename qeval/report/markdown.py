@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +36,24 @@ TEMPLATE = """\
 {{ "What each variant changes against the baseline (a performance rule gates the variants whose changes it answers for):" if loop.first }}
 - {{ v.name }}: {{ differs(v.changes, v.serving_diff) }}{% for rule, why in v.perf_not_applicable.items() %}; `{{ rule }}` not applicable ({{ why }}){% endfor %}
 {% endfor %}
+{% if imported %}
+## Source
+
+Not served by qeval: results another evaluator wrote, read as they are, so no performance, probe or grid figures.
+Each task was checked to be the same task as the baseline's (its prompt, few-shot and scoring settings), and each
+shared item to be asked the same way (its prompt and document hashes).
+
+| variant | evaluator | model as recorded | files |
+| --- | --- | --- | --- |
+{% for v in imported -%}
+| {{ v.name }} | {{ v.imported.evaluator }} {{ v.imported.version or "" }} | {{ v.imported.model or "-" }} | {% for f in v.imported.files %}{{ base(f.path) }} ({{ f.lines }} lines, sha256 {{ f.sha256[:12] }}){{ ", " if not loop.last }}{% endfor %} |
+{% endfor %}
+{% for v in imported %}{% for suite, t in v.imported.tasks.items() %}{% for k, pair in t.advisory.items() -%}
+- {{ v.name }}, {{ suite }}: {{ k }} is {{ short(pair[1]) }}, the baseline's {{ short(pair[0]) }} (shown, not refused)
+{% endfor %}{% if t.unpaired -%}
+- {{ v.name }}, {{ suite }}: unpaired items ({{ t.unpaired_reason }}): {% for side, ids in t.unpaired.items() %}{{ side }} only: {{ ids | join(", ") }}{{ "; " if not loop.last }}{% endfor %}
+{% endif %}{% endfor %}{% endfor %}
+{% endif %}
 **{{ rec.text() }}**
 
 Not evaluated:
@@ -336,11 +355,20 @@ class MarkdownLook:
 def not_evaluated(r: RunRecord) -> list[str]:
     """What the campaign did not measure: variants cut short, and whole parts it never ran."""
     out = [f"**{v.name} was not evaluated**: {(v.error or v.status).splitlines()[0]}" for v in r.variants if v.status != "ok"]
+    if any(v.imported for v in r.variants):
+        out.append("latency, throughput and memory: the variants were not served by qeval (results another "
+                   "evaluator wrote)")
+        return out
     if not r.config.get("suites"):
         out.append("quality: no suite ran (speed and memory only)")
     if not any(v.probe for v in r.variants):
         out.append("latency and throughput: no probe ran (probe.enabled is off), so no throughput at the SLO")
     return out
+
+
+def _short(v: object) -> str:
+    text = json.dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _mib(b: int | None) -> str:
@@ -443,6 +471,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         saved=savings(r), used=items_cell, stopped=stopped_at, dur=duration, num=lambda k: f"{k:,}",
         said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
+        imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,8 @@ import yaml
 from ..engines import Endpoint
 from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
+from ..imports.base import BadResults
+from ..imports.lmeval import read_samples
 from ..settings import Runtime, Settings
 from ..record.store import Record
 from .base import Checked, InFlight, ItemSuite, Part, SuiteRun, requests_in_flight
@@ -68,43 +69,26 @@ def lmeval_argv(python: Path, ref: LmEvalSuiteRef, endpoint: Endpoint, tasks: li
     return argv
 
 
-def _score(v: object) -> float | None:
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)) and math.isfinite(v):
-        return float(v)
-    return None
-
-
 def parse_samples(path: Path, flags: Mapping[str, dict] | None = None) -> list[Record]:
-    """One lm-eval samples_*.jsonl -> records. Each metric key listed in `metrics` becomes a score. With `flags`
-    (the next-token scoring's, by prompt hash): lm-eval's `acc` alone, as `acc_next_token`, and each record
-    says how its question was scored (`next_token`, or `loglikelihood` where an answer was not one token) and
-    how many of its choices were outside the top-k."""
-    records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            s = json.loads(line)
-            scores = {m: _score(s[m]) for m in s["metrics"]}
-        except (ValueError, KeyError, TypeError) as e:
-            raise EngineError(f"{path}:{lineno}: not an lm-eval sample record ({e})") from None
-        bad = [m for m, v in scores.items() if v is None]
-        if bad:
-            raise EngineError(f"{path}:{lineno}: metric(s) {bad} are not finite numbers")
-        extra = {"target": str(s.get("target"))[:500]}
-        if flags is not None:
-            if "acc" not in scores:
-                raise EngineError(f"{path}:{lineno}: the next-token scoring reads lm-eval's acc, and the sample has "
-                                  f"only {sorted(scores)}")
-            scores = {NEXT_TOKEN_METRIC: scores["acc"]}
-            flag = flags.get(s.get("prompt_hash")) or {}
-            extra.update(scoring=flag.get("scoring", "unknown"), outside_top_k=flag.get("outside_top_k", 0))
-        resp = s.get("filtered_resps")
-        records.append(Record(item_id=str(s["doc_id"]), scores=scores, prompt_hash=s.get("prompt_hash"),
-                              doc_hash=s.get("doc_hash"), response=json.dumps(resp)[:2000], extra=extra))
-    return records
+    """One lm-eval samples_*.jsonl -> records, one per doc (imports/lmeval.py: the parser qeval reads lm-eval's
+    output with, its own or a team's). With `flags` (the next-token scoring's, by prompt hash): lm-eval's `acc`
+    alone, as `acc_next_token`, and each record says how its question was scored (`next_token`, or
+    `loglikelihood` where an answer was not one token) and how many of its choices were outside the top-k."""
+    try:
+        records = read_samples(path)
+    except BadResults as e:  # lm-eval, run by qeval, wrote what qeval cannot read: not the user's input
+        raise EngineError(f"lm-eval's output: {e}") from None
+    if flags is None:
+        return records
+    out = []
+    for r in records:
+        if "acc" not in r.scores:
+            raise EngineError(f"{path.parent / r.extra['at']}: the next-token scoring reads lm-eval's acc, and the "
+                              f"sample has only {sorted(r.scores)}")
+        flag = flags.get(r.prompt_hash) or {}
+        out.append(dataclasses.replace(r, scores={NEXT_TOKEN_METRIC: r.scores["acc"]}, extra={
+            **r.extra, "scoring": flag.get("scoring", "unknown"), "outside_top_k": flag.get("outside_top_k", 0)}))
+    return out
 
 
 def read_flags(path: Path) -> dict[str, dict]:

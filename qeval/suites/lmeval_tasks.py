@@ -15,6 +15,7 @@ import yaml
 
 from ..errors import ConfigError, MissingEnvError
 from ..hashing import file_hash, key_hash
+from ..imports.lmeval import CORPUS_METRICS, LMEVAL_METRICS, PER_ITEM_AGGREGATION, not_per_item
 from ..record.metrics import MetricSpec, indicator
 from ..settings import Settings
 from .spec import LmEvalSuiteRef, Needed
@@ -25,16 +26,6 @@ NEXT_TOKEN_METRIC = "acc_next_token"
 NEXT_TOKEN_SPEC = indicator("qeval's next-token scoring: the choice whose one answer token is likeliest in one "
                             "next-token top-k, per question")
 
-# lm-eval's own metrics (lm_eval/api/metrics.py): which are per-sample 0/1 indicators, and lm-eval's
-# `higher_is_better` for each; a task's metric_list may restate the direction, and overrides it
-LMEVAL_METRICS: dict[str, tuple[bool, bool]] = {
-    "acc": (True, True), "acc_norm": (True, True), "acc_mutual_info": (True, True), "exact_match": (True, True),
-    "perplexity": (False, False), "word_perplexity": (False, False), "byte_perplexity": (False, False),
-    "bits_per_byte": (False, False), "brier_score": (False, False), "ter": (False, False),
-    "bleu": (False, True), "chrf": (False, True), "f1": (False, True), "mcc": (False, True),
-    "likelihood": (False, True)}
-
-
 class _TaskLoader(yaml.SafeLoader):
     """Reads a task YAML's metric_list: lm-eval's `!function` tags are kept as text, not run."""
 
@@ -43,7 +34,9 @@ _TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 def task_metrics(task: str, text: str | None, where: str) -> dict[str, MetricSpec]:
-    """Each metric's declaration: lm-eval's for its own metric names, the task's `higher_is_better` on top."""
+    """Each metric's declaration: lm-eval's for its own per-item metrics, the task's `higher_is_better` on top. A
+    metric the task's metric_list aggregates other than by a mean (lm-eval's corpus metrics: perplexity, bleu, f1)
+    has no per-item score to pair: refused, naming it."""
     out = {m: MetricSpec(binary=b, higher_is_better=h, source=f"lm-eval's {m}") for m, (b, h) in LMEVAL_METRICS.items()}
     try:
         doc = yaml.load(text, Loader=_TaskLoader) if text else None
@@ -53,6 +46,9 @@ def task_metrics(task: str, text: str | None, where: str) -> dict[str, MetricSpe
         name = entry.get("metric") if isinstance(entry, dict) else None
         if not isinstance(name, str):
             continue
+        aggregation = entry.get("aggregation", CORPUS_METRICS.get(name, PER_ITEM_AGGREGATION))
+        if aggregation != PER_ITEM_AGGREGATION:
+            raise ConfigError(not_per_item(task, name, str(aggregation)), file=where, where=f"metric_list: {name}")
         known = out.get(name)
         hib = entry.get("higher_is_better", known.higher_is_better if known else None)
         out[name] = MetricSpec(binary=known.binary if known else False, higher_is_better=hib,

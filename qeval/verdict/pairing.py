@@ -6,12 +6,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import QevalError
+from ..errors import EXIT_USAGE, QevalError
 from ..record.store import Record
 
 
 class PairingError(QevalError):
-    """The same item id was asked differently of two variants: their scores cannot be paired."""
+    """The same item id was asked differently of two variants: their scores cannot be paired. Bad input (exit 2),
+    not a fault of the machine: the prompts or documents themselves differ, and a rerun gives the same."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ def test_samples_of_the_next_token_scoring_say_their_metric_and_how_each_questio
 
 def test_the_next_token_scoring_needs_lm_evals_acc(tmp_path):
     f = tmp_path / "samples_t.jsonl"
-    f.write_text(json.dumps({"doc_id": 0, "metrics": ["acc_norm"], "acc_norm": 1.0}) + "\n")
+    f.write_text(json.dumps({"doc_id": 0, "metrics": ["acc_norm"], "acc_norm": 1.0, "doc_hash": "d",
+                             "prompt_hash": "p"}) + "\n")
     with pytest.raises(EngineError, match="reads lm-eval's acc"):
         parse_samples(f, {})
 

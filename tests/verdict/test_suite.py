@@ -128,3 +128,14 @@ def test_groups_keep_together_in_the_order_the_look_reads():
     order, groups = suite_order(p.ids, p.groups, 7, "key-s")
     means = {m: float(a.mean()) for m, a in p.base.items()}
     assert _same(j.look, look_at_suite(policy, "custom/s", "contains", DECLARED, p, order, groups, means))
+
+
+def test_an_item_asked_differently_of_two_variants_is_bad_input():
+    from qeval.errors import EXIT_USAGE
+    from qeval.record.store import Record
+    from qeval.verdict.pairing import PairingError, align
+
+    base = [Record(item_id="1", scores={"acc": 1.0}, prompt_hash="aaaa")]
+    with pytest.raises(PairingError, match="different prompt_hash") as e:
+        align("s", base, [Record(item_id="1", scores={"acc": 1.0}, prompt_hash="bbbb")])
+    assert e.value.exit_code == EXIT_USAGE

@@ -1,0 +1,183 @@
+"""A comparison of results another evaluator already wrote (`qeval compare`, every variant `method: results`):
+each variant imported (qeval/imports), checked against the baseline (the same task, the same items asked the same
+way), stored under keys of its files' content, then judged, recorded and published as a campaign is. Nothing is
+served: the record has no engine, memory or time figures, and a rule that needs them is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..config import CampaignConfig, VariantSpec
+from ..errors import ConfigError
+from ..hashing import key_hash
+from ..imports import IMPORTERS
+from ..imports.base import Imported, ImportedTask
+from ..imports.checks import SHOWN, check_comparable, check_declared, check_items
+from ..progress import PlainReporter, Reporter
+from ..record.measurements import ImportedFile, ImportedSource, ImportedTaskFacts
+from ..record.metrics import MetricSpec
+from ..record.run import RunRecord, VariantResult
+from ..record.store import ResultsStore
+from ..settings import Settings
+from ..suites.base import Part
+from ..suites.results import ResultsSuite
+from ..verdict.policy import GatePolicy
+from .campaign import CampaignResult, judged
+from .environment import environment
+from .judge import judge, summarize
+from .plan import Plan
+from .publish import publish
+
+
+def read_variant(spec: VariantSpec) -> Imported:
+    """The variant's results, read by its format's importer (BadResults: the file and place it could not read)."""
+    assert spec.results is not None
+    return IMPORTERS.get(spec.results.format)().read(spec.results.path)
+
+
+def variant_key(data: Imported) -> str:
+    """A changed file is a new key; the same files read again, the same (a replay stores nothing twice)."""
+    return "results:" + key_hash(sorted(f.sha256 for f in data.source.files))
+
+
+def part_key(fmt: str, task: ImportedTask) -> str:
+    return key_hash({"format": fmt, "suite": task.suite, "identity": task.identity})
+
+
+@dataclass(frozen=True)
+class ImportedVariant:
+    spec: VariantSpec
+    role: str
+    data: Imported
+    key: str
+    facts: dict[str, ImportedTaskFacts]
+
+
+def _primary(task: ImportedTask) -> str | None:
+    scored = {m for r in task.records for m in r.scores}
+    return next((m for m in task.planned if m in scored), None)
+
+
+def _chosen(cfg: CampaignConfig, base: Imported) -> list[ImportedTask]:
+    """The baseline's tasks, those its `tasks:` names where it names some."""
+    assert cfg.baseline.results is not None
+    wanted = cfg.baseline.results.tasks
+    if wanted is None:
+        return list(base.tasks.values())
+    by_name = {t.suite.split("/", 1)[-1]: t for t in base.tasks.values()}
+    missing = [w for w in wanted if w not in by_name]
+    if missing:
+        raise ConfigError(f"tasks {missing} are not in the baseline's results (it has {sorted(by_name)})",
+                          where=f"baseline {cfg.baseline.name}: results.tasks")
+    return [by_name[w] for w in wanted]
+
+
+def check_policy(cfg: CampaignConfig, config_file: str = "") -> None:
+    """Imported results are complete and have no performance figures: a sequential rule (which looks while a
+    suite runs) or a performance rule has nothing to read."""
+    policy = cfg.gates
+    assert isinstance(policy, GatePolicy), "a policy file is read when the campaign is loaded"
+    if policy.performance:
+        raise ConfigError("performance rules need figures qeval measured while serving a variant; imported results "
+                          "have none: remove `performance:` from the policy", file=config_file, where="gates.performance")
+    if any(policy.sequential_of(r) is not None for r in policy.rules):
+        raise ConfigError("sequential rules look while a suite runs; imported results are complete: use fixed-n "
+                          "rules (no `sequential:`)", file=config_file, where="gates")
+
+
+def import_all(cfg: CampaignConfig) -> tuple[list[ImportedVariant], Plan]:
+    """Every variant read and checked against the baseline, task by task; the plan of the baseline's tasks, each a
+    part under a key of its format and identity."""
+    base_data = read_variant(cfg.baseline)
+    tasks = _chosen(cfg, base_data)
+    fmt = base_data.source.format
+    declared: dict[str, dict[str, MetricSpec]] = {t.suite: dict(t.declared) for t in tasks}
+    out = []
+    base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash) for t in tasks}
+    for spec in cfg.variants:
+        data = read_variant(spec)
+        if data.source.format != fmt:
+            raise ConfigError(f"variant {spec.name} is {data.source.evaluator} output and the baseline "
+                              f"{base_data.source.evaluator}'s: different evaluators are not compared",
+                              where=f"variant {spec.name}: results")
+        facts = {}
+        for t in tasks:
+            cand = data.tasks.get(t.suite)
+            if cand is None:
+                raise ConfigError(f"variant {spec.name}'s results have no task {t.suite} (they have "
+                                  f"{sorted(data.tasks)}); name the tasks to compare in the baseline's "
+                                  "`results.tasks`", where=f"variant {spec.name}: results")
+            advisory = check_comparable(t, cand, spec.name)
+            declared[t.suite] = check_declared(t, cand, spec.name) | declared[t.suite]
+            items = check_items(t, cand, spec.name)
+            unpaired = {k: list(v[:SHOWN]) for k, v in (("baseline", items.unpaired_base),
+                                                        ("variant", items.unpaired_cand)) if v}
+            facts[t.suite] = ImportedTaskFacts(
+                identity_hash=cand.identity_hash, advisory=advisory, unpaired=unpaired,
+                unpaired_reason="the item is in one run's results only (another limit or sample set)" if unpaired
+                else None)
+        out.append(ImportedVariant(spec, "variant", data, variant_key(data), facts))
+    parts = tuple(Part(suite=t.suite, key=part_key(fmt, t), metrics=declared[t.suite], primary=_primary(t),
+                       planned=t.planned) for t in tasks)
+    base = ImportedVariant(cfg.baseline, "baseline", base_data, variant_key(base_data), base_facts)
+    return [base, *out], Plan(suites=(ResultsSuite(parts),) if parts else (), base_checkpoint=cfg.output_dir)
+
+
+def _source(data: Imported, facts: dict[str, ImportedTaskFacts]) -> ImportedSource:
+    s = data.source
+    return ImportedSource(format=s.format, evaluator=s.evaluator, version=s.version, model=s.model,
+                          files=[ImportedFile(path=f.path, sha256=f.sha256, lines=f.lines) for f in s.files],
+                          tasks=facts)
+
+
+def store_variant(v: ImportedVariant, p: Plan, store: ResultsStore) -> VariantResult:
+    """The variant's records into the store under its key (complete), and its entry in the record."""
+    for part in p.parts():
+        task = v.data.tasks[part.suite]
+        store.put(v.key, part.key, v.spec.name, part.suite, task.records)
+        store.mark_complete(v.key, part.key, len(task.records))
+    return VariantResult(name=v.spec.name, method=v.spec.method, role=v.role, key=v.key, status="ok",
+                         suites=summarize(store, v.key, p), imported=_source(v.data, v.facts))
+
+
+def compare(cfg: CampaignConfig, settings: Settings | None = None, *, config_file: str = "",
+            reporter: Reporter | None = None, command: Sequence[str] = ()) -> CampaignResult:
+    """Import, check, judge, record and publish a comparison: the same record, report, JUnit, exit codes and
+    MLflow logging as a campaign."""
+    from ..verdict.flips import table, write_parquet
+
+    if not cfg.imported:
+        raise ConfigError("qeval compare compares results another evaluator wrote: every variant, the baseline "
+                          "too, must be `method: results` (a campaign that serves them runs with `qeval run`)",
+                          file=config_file)
+    settings = settings or Settings.from_env()
+    log = (reporter or PlainReporter()).log
+    check_policy(cfg, config_file)
+    variants, p = import_all(cfg)
+    run_dir = cfg.output_dir / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record_path = run_dir / "run.json"
+    def now() -> str:
+        return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+    record = RunRecord(run_id=uuid.uuid4().hex, campaign=cfg.name, config_hash=cfg.config_hash(),
+                       config=cfg.model_dump(mode="json"), config_file=config_file, command=list(command),
+                       started_at=now(), environment=environment(settings))
+    with ResultsStore(run_dir / "results.sqlite") as store:
+        for v in variants:
+            res = store_variant(v, p, store)
+            record.variants.append(res)
+            log(f"[{v.spec.name}] imported {v.data.source.evaluator} results: "
+                + ", ".join(f"{s.suite} ({s.n} items)" for s in res.suites))
+        keys = {v.spec.name: v.key for v in variants}
+        judgement = judge(cfg, record, store, keys, p)
+    if judgement.flipped:
+        write_parquet(table(dict(judgement.flipped)), run_dir / "flips.parquet")
+    record = judged(record, judgement).model_copy(update={"finished_at": now()})
+    record.save(record_path)
+    result = CampaignResult(record=record, run_dir=run_dir, record_path=record_path)
+    return result.published(*publish(result.record, result.run_dir, result.record_path, cfg, reporter))
