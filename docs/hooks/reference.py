@@ -283,10 +283,6 @@ SAID = {
     "VariantResult.engine_rss_bytes": "the engine's process-tree RSS",
     "VariantResult.kv_cache_tokens": "as the engine reports it",
     "VariantResult.eval_seconds": "the engine busy with suites (start and probe apart)",
-    "VariantResult.idle_seconds": "its engine up with nothing running on it: waiting for a lease or for the "
-                                  "baseline's records (a packed campaign's unused share)",
-    "VariantResult.lease_wait_seconds": "its stages waiting for their leases (another variant's probe, or quality "
-                                        "work a probe waits on)",
     "VariantResult.concurrency": "per suite, the requests in flight it was evaluated with",
     "VariantResult.max_num_seqs": "sequences the engine schedules at once, as set or its default (what `auto` "
                                   "is bounded by)",
