@@ -95,8 +95,8 @@ class _Run:
 
     def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
                  guard: Guard = unguarded, reference: Reference | Pending | None = None):
-        self.plan, self.ws, self.sink, self.reporter, self.guard = plan, workspace, sink, reporter, guard
-        self.clock = _Clock(guard)
+        self.plan, self.ws, self.sink, self.reporter = plan, workspace, sink, reporter
+        self.clock = _Clock(guard)  # every stage's lease is taken through it
         self.reference = reference
         self.monitor: Monitor | None = None  # once the variant's key is known
         self.v, self.log = plan.variant, reporter.log
@@ -167,7 +167,8 @@ class _Run:
     def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
         p, v = self.plan, self.v
         t0 = time.monotonic()
-        with self.clock.leased("shared", busy=False), self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
+        starting = self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine")
+        with self.clock.leased("shared", busy=False), starting:
             try:
                 endpoint = engine.start()
             except EngineError as e:
