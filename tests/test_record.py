@@ -213,7 +213,8 @@ def test_what_a_run_measured_is_declared_once():
     assert list(Named.model_fields) == ["name", "method", "role"]
     assert Measured.served() == ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts",
                                  "engine_rss_bytes", "engine_gpu_bytes", "gpus", "model_memory_bytes",
-                                 "kv_cache_bytes", "kv_cache_tokens", "eval_seconds", "concurrency", "max_num_seqs")
+                                 "kv_cache_bytes", "kv_cache_tokens", "eval_seconds", "idle_seconds",
+                                 "lease_wait_seconds", "concurrency", "max_num_seqs")
     with pytest.raises(ValueError):
         Measured(engin="vllm")  # a misspelt fact
     m = Measured(key="k", engine="fake", restarts=1, recipe={"bits": 4})

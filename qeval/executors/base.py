@@ -35,7 +35,7 @@ class Unit(Protocol):
 
     @property
     def role(self) -> str:
-        """"baseline" (the first plan) or "variant"."""
+        """"baseline" (the first plan), "variant", or "noise" (the baseline served again: the A/A)."""
         ...
 
     @property
@@ -46,6 +46,12 @@ class Unit(Protocol):
     @property
     def external(self) -> bool:
         """Served by an endpoint someone else runs: its unit holds no device."""
+        ...
+
+    @property
+    def after(self) -> str | None:
+        """The plan whose unit must have finished before this one starts (None: it starts at once). The plans
+        come in an order that keeps it: one after another, as the local executor runs them, keeps it too."""
         ...
 
 

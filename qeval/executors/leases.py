@@ -3,10 +3,17 @@
 Variants packed on one GPU (gpu_fraction) or one CPU node run their suites side by side: a per-item
 score does not depend on who else computes. A latency figure does, so the probe and the grid cells
 take an exclusive lease on the devices their variant runs on: it waits until the quality work there has
-let go, and no new quality work starts there until it is done (a waiting probe goes first, so probes are
-never starved). Ray has no reader-writer lock across tasks; this small one is ours. The book is kept
-by one actor of the driver (the `ray` executor, ray.py); every lease taken and given back stays in its
-history, which the driver writes next to the run record as the evidence that no probe overlapped other work.
+let go, and no quality work starts there while it measures.
+
+While a probe waits for quality work that is still running, the device is busy anyway: new quality work
+is let in beside it for `admit_s` from the probe's request, so engines that are up do not sit idle behind
+a probe that could not start yet. After that window, or once the device has no quality work left (the
+probe could start now), new quality work waits behind the probe: a probe waits at most for what was let in
+within its window, never starved. A probe that other work waits for (`urgent`: the baseline's, which the A/A
+starts after) lets nothing in. Ray has no reader-writer lock across tasks; this small one is ours. The book is
+kept by one actor of the driver (the `ray` executor, ray.py); every lease taken and given back stays in its
+history, with when it was asked for, which the driver writes next to the run record as the evidence that no
+probe overlapped other work.
 """
 
 from __future__ import annotations
@@ -26,46 +33,70 @@ def unguarded(kind: Kind) -> Iterator[None]:
     yield  # one variant at a time (the local executor): every stage has the machine alone
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    since: float  # time.monotonic() of its request
+    urgent: bool
+
+
 @dataclass
 class _Key:
     shared: set[str] = field(default_factory=set)
     exclusive: str | None = None
-    waiting: int = 0  # exclusive leases waiting: new shared ones wait behind them
+    waiting: dict[int, _Waiting] = field(default_factory=dict)  # exclusive requests waiting, by request
+
+
+# how long a waiting probe lets new quality work in beside the quality work it waits for (RayExecutorSpec.admit_s)
+ADMIT_S = 60.0
 
 
 class LeaseBook:
     """Shared and exclusive leases on named devices ("<node>/gpu0", "<node>/cpu"), with their history.
-    Async: as a Ray actor, many tasks wait on it at once."""
+    Async: as a Ray actor, many tasks wait on it at once. `admit_s`: how long after a probe asked for the
+    device new quality work may still start beside the quality work it waits for (0: none, at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, admit_s: float = ADMIT_S) -> None:
         self._keys: dict[str, _Key] = {}
         self._cond = asyncio.Condition()
         self._history: list[dict[str, Any]] = []
+        self._admit_s = admit_s
+        self._asked = 0
 
     def _free(self, key: str, kind: Kind) -> bool:
         k = self._keys.setdefault(key, _Key())
         if kind == "exclusive":
             return k.exclusive is None and not k.shared
-        return k.exclusive is None and k.waiting == 0
+        if k.exclusive is not None:
+            return False
+        # beside a waiting probe only while the device is busy with quality work it waits for anyway (else the
+        # probe could start now), within its window, and where no one waits for the probe
+        now = time.monotonic()
+        return not k.waiting or (bool(k.shared) and all(not w.urgent and now - w.since < self._admit_s
+                                                        for w in k.waiting.values()))
 
-    async def acquire(self, keys: list[str], kind: Kind, holder: str) -> None:
+    async def acquire(self, keys: list[str], kind: Kind, holder: str, urgent: bool = False) -> None:
+        """Wait for the lease. `urgent`: an exclusive one other work waits for: nothing new starts beside what
+        it waits for."""
+        asked = time.time()
         async with self._cond:
+            self._asked += 1
+            ticket = self._asked
             if kind == "exclusive":
                 for key in keys:
-                    self._keys.setdefault(key, _Key()).waiting += 1
+                    self._keys.setdefault(key, _Key()).waiting[ticket] = _Waiting(time.monotonic(), urgent)
             try:
                 await self._cond.wait_for(lambda: all(self._free(key, kind) for key in keys))
             finally:
                 if kind == "exclusive":
                     for key in keys:
-                        self._keys[key].waiting -= 1
+                        self._keys[key].waiting.pop(ticket, None)
             for key in keys:
                 if kind == "exclusive":
                     self._keys[key].exclusive = holder
                 else:
                     self._keys[key].shared.add(holder)
-            self._history.append({"holder": holder, "kind": kind, "keys": sorted(keys), "start": time.time(),
-                                  "end": None})
+            self._history.append({"holder": holder, "kind": kind, "keys": sorted(keys), "asked": asked,
+                                  "start": time.time(), "end": None})
 
     async def release(self, keys: list[str], kind: Kind, holder: str) -> None:
         async with self._cond:

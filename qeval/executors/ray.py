@@ -27,6 +27,7 @@ from pydantic import Field
 from ..engines.process import INTERRUPT_GRACE_S, is_alive, signals_held
 from ..errors import ConfigError, MissingEnvError, QevalError
 from .base import Budget, DriverSink, Unit, Work, not_evaluated
+from .leases import ADMIT_S
 from .outcome import VariantOutcome
 from .spec import EXECUTORS, ExecutorSpec
 from .stream import Done, Made, Merge, shipped_files, streamed
@@ -53,6 +54,9 @@ class RayExecutorSpec(ExecutorSpec):
     # its own (quantizers compute on one GPU); at least the engine's count: made inside its serving task
     quantize_gpus: int = Field(1, ge=1)
     max_retries: int = Field(2, ge=0)  # runs again of a variant whose worker or node was lost
+    # while a probe waits for quality work still running on its device, new quality work may start beside it
+    # for this long from its request (leases.py); 0: a waiting probe holds back all new quality work
+    admit_s: float = Field(ADMIT_S, ge=0)
     object_store_mb: int = Field(128, ge=80)  # `local` only: Ray's object store (records are small)
 
 
@@ -110,9 +114,10 @@ def _here(ray, gpus: float, needs: str) -> tuple[Placed, list[str], str | None]:
 
 
 def variant_task(work: Work, plan: Unit, stored, files: dict[str, bytes], gpus: float, book, holder: str,
-                 reference=None, made: dict | None = None) -> Iterator[Any]:
+                 reference=None, made: dict | None = None, urgent: bool = False) -> Iterator[Any]:
     """The Ray task's body, on its node: where it is, its GPUs checked, then the variant's stream (Work.on_node),
-    each stage leased on its devices from the driver's book (`book`, a LeaseBook actor)."""
+    each stage leased on its devices from the driver's book (`book`, a LeaseBook actor); `urgent`: another unit
+    starts after this one, so its probe lets no new quality work in while it waits."""
     ray = _ray()
     placed, keys, wrong = _here(ray, gpus, "the engine needs (tensor_parallel_size)")
     yield placed
@@ -121,7 +126,7 @@ def variant_task(work: Work, plan: Unit, stored, files: dict[str, bytes], gpus: 
         return
     # the baseline's records come from the driver's box once its suites are done: waited for at the first suite
     pending = (lambda: ray.get(reference.get.remote())) if reference is not None else None
-    guard = _guard(ray, book, keys, holder)
+    guard = _guard(ray, book, keys, holder, urgent)
     yield from streamed(lambda emit: work.on_node(plan, stored, files, emit, guard, pending, made), plan.name)
 
 
@@ -155,18 +160,26 @@ class ReferenceBox:
         return self._reference
 
 
-def _guard(ray, book, keys: list[str], holder: str):
+def _guard(ray, book, keys: list[str], holder: str, urgent: bool = False):
     from contextlib import contextmanager
 
     @contextmanager
     def guard(kind):
-        ray.get(book.acquire.remote(keys, kind, holder))
+        ray.get(book.acquire.remote(keys, kind, holder, urgent))
         try:
             yield
         finally:
             ray.get(book.release.remote(keys, kind, holder))
 
     return guard
+
+
+def startable(plans: Sequence[Unit], left: set[str], submitted: set[str]) -> list[Unit]:
+    """The plans to submit now: not settled, not submitted, and the plan each starts after (Unit.after) settled
+    (or not in this run). The rest are submitted as what they wait for settles."""
+    names = {p.name for p in plans}
+    return [p for p in plans if p.name in left and p.name not in submitted
+            and (p.after is None or p.after not in names or p.after not in left)]
 
 
 def _pump(ray, gen, tag: tuple[str, int], q: queue.Queue) -> None:
@@ -374,7 +387,7 @@ class RayExecutor:
 
         # the driver's, on the driver's node: it lives as long as the run, and a worker node lost takes none of it
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        book = ray.remote(num_cpus=0)(LeaseBook).options(scheduling_strategy=here).remote()
+        book = ray.remote(num_cpus=0)(LeaseBook).options(scheduling_strategy=here).remote(self.spec.admit_s)
         # gates that look while a variant runs pair with the baseline's records: they go through this box
         looks = any(sink.reference_for(p) is not None for p in plans)
         box = ray.remote(num_cpus=0)(ReferenceBox).options(scheduling_strategy=here).remote() if looks else None
@@ -426,16 +439,17 @@ class RayExecutor:
                                    resources=d.resources or None, max_retries=0, name=f"qeval:{p.name}",
                                    **where).remote(
                     work, p, sink.stored(p.name, with_records=looks is not None), shipped_files(workspace, TO_DRIVER),
-                    d.num_gpus, book, holder, looks, made[p.name][1] if p.name in made else None)
+                    d.num_gpus, book, holder, looks, made[p.name][1] if p.name in made else None,
+                    any(q.after == p.name for q in plans))
             gens[p.name] = gen
             threading.Thread(target=_pump, args=(ray, gen, (p.name, attempt[p.name]), q), daemon=True,
                              name=f"qeval-ray-{p.name}").start()
 
         left = set(by_name)
         try:
-            for p in plans:
-                submit(p)
             while left:
+                for p in startable(plans, left, set(gens)):
+                    submit(p)
                 # checked at every turn: a busy stream must not hide a spent budget
                 yield from self._over_budget(ray, budget, left, node, gens, by_name, attempt, reporter)
                 if not left:

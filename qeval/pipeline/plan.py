@@ -58,7 +58,7 @@ class VariantPlan:
     gives `run_variant`; the base checkpoint and the quantized-variant cache are the machine's own."""
 
     variant: VariantSpec
-    role: str  # "baseline" | "variant"
+    role: str  # "baseline" | "variant" | "noise" (the A/A)
     engine: EngineSpec  # effective: the campaign's, the variant's override, the campaign's dtype
     engine_kind: str  # what build_engine starts: an endpoint someone else runs is external (or tgi)
     dtype: DtypeChoice | None  # None: an external endpoint serves in its own
@@ -72,6 +72,7 @@ class VariantPlan:
     gates: GatePolicy | None = None  # what the variant's run gates as it goes (monitor.py); None: nothing
     concurrency: int | None = None  # requests in flight for every suite (the noise floor's); None: each suite's own
     simulated: str | None = None  # why it is served on its dequantized weights (plan.served_dequantized); None: it is not
+    after: str | None = None  # the plan whose unit finishes before this one starts (executors/base.py Unit.after)
 
     @property
     def name(self) -> str:
@@ -367,15 +368,18 @@ def variant_plans(cfg: CampaignConfig, settings: Settings, suites: Plan, dtype: 
         out.append(VariantPlan(
             variant=v, role="baseline" if v is cfg.baseline else "variant", engine=spec,
             engine_kind=engine_kind(v, spec), dtype=None if ext else dtype, suites=suites,
-            probe=cfg.probe if cfg.probe.enabled else None, grid=cfg.grid if in_grid else None,
+            probe=cfg.probe if _probed(cfg, sim.get(v.name)) else None, grid=cfg.grid if in_grid else None,
             cell_probe=cell_probe(cfg.grid, cfg.probe) if in_grid else None, slo=dict(cfg.probe.slo),
             seed=cfg.seed, settings=settings, gates=cfg.gates if cfg.gates.looks_while_running else None,
             simulated=sim.get(v.name)))
     if cfg.noise_floor.enabled:  # last: the variants' results do not wait for it
         base = out[0]
+        # where the baseline measures alone (its probe, its grid cells), the A/A starts after it: its quality work,
+        # at a few requests in flight, would hold the device that probe waits for, and the work queued behind it
+        alone = base.probe is not None or base.grid is not None
         out.append(dataclasses.replace(
             base, variant=base.variant.model_copy(update={"name": base.name + NOISE_SUFFIX}), role="noise",
-            probe=None, grid=None, cell_probe=None, gates=None,
+            probe=None, grid=None, cell_probe=None, gates=None, after=base.name if alone else None,
             concurrency=cfg.noise_floor.shape(list(suite_concurrency(suites).values()))))
     return out
 
@@ -403,6 +407,12 @@ def changes_lines(cfg: CampaignConfig, found: dict[str, Changes]) -> list[str]:
         skipped = perf_not_applicable(cfg.gates, c.changes)
         out.append(f"{name}: {c.text()}" + "".join(f"; {rule}: not applicable ({why})" for rule, why in skipped.items()))
     return out
+
+
+def _probed(cfg: CampaignConfig, simulated: str | None) -> bool:
+    """Whether a variant's latency is probed: a simulated one's speed is the dense model's, so only where
+    `probe.simulated` asks (its performance rules then still show nothing either way: verdict/gates.py)."""
+    return cfg.probe.enabled and (simulated is None or cfg.probe.simulated)
 
 
 def suite_concurrency(suites: Plan) -> dict[str, int]:

@@ -17,7 +17,7 @@ from ..engines import Engine, build_engine
 from ..engines.capacity import Capacity
 from ..engines.process import INTERRUPT_GRACE_S
 from ..engines.spec import kv_cache_dtype
-from ..executors.leases import Guard, unguarded
+from ..executors.leases import Guard, Kind, unguarded
 from ..executors.outcome import VariantOutcome
 from ..errors import EngineError, MissingEnvError, QuantizeError
 from ..hashing import key_hash, tree_hash
@@ -56,12 +56,47 @@ def _stopping(engine: Engine) -> Iterator[None]:
         engine.stop()
 
 
+class _Clock:
+    """Where the variant's engine time went: up (started to stopped, over every restart), busy (a stage ran on it:
+    its suites, its probe, its grid cells) and waiting for a lease (any stage's). Up but not busy is idle: the
+    engine held its share of the device while it waited for a lease or for the baseline's records."""
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.up = self.busy = self.waiting = 0.0
+
+    @contextmanager
+    def leased(self, kind: Kind, busy: bool = True) -> Iterator[None]:
+        """The stage under its lease; `busy`: it runs on the engine (not its start)."""
+        t0 = time.monotonic()
+        with self.guard(kind):
+            got = time.monotonic()
+            self.waiting += got - t0
+            try:
+                yield
+            finally:
+                if busy:
+                    self.busy += time.monotonic() - got
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.up += time.monotonic() - t0
+
+    def facts(self) -> dict[str, float]:
+        return {"idle_seconds": round(max(0.0, self.up - self.busy), 1), "lease_wait_seconds": round(self.waiting, 1)}
+
+
 class _Run:
     """The state of one variant's run; only `run_variant` makes one."""
 
     def __init__(self, plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: Reporter,
                  guard: Guard = unguarded, reference: Reference | Pending | None = None):
-        self.plan, self.ws, self.sink, self.reporter, self.guard = plan, workspace, sink, reporter, guard
+        self.plan, self.ws, self.sink, self.reporter = plan, workspace, sink, reporter
+        self.clock = _Clock(guard)  # every stage's lease is taken through it
         self.reference = reference
         self.monitor: Monitor | None = None  # once the variant's key is known
         self.v, self.log = plan.variant, reporter.log
@@ -70,7 +105,7 @@ class _Run:
         self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
-        with self.guard("shared"):
+        with self.clock.leased("shared", busy=False):
             ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
         if self.v.method != "external":  # an endpoint's folder is its tokenizer: nothing it serves to describe
             made["scheme"] = describe_checkpoint(ckpt)  # a team's checkpoint as well as one made here
@@ -107,6 +142,13 @@ class _Run:
         p, v = self.plan, self.v
         engine = build_engine(p.engine_kind, v, ckpt, p.engine, p.settings, self.logs)
         self.facts["restarts"] = 0
+        try:
+            self._attempts(engine, vkey, rows)
+        finally:  # what its engine's time went to, however the run ended
+            self.facts.update(self.clock.facts())
+
+    def _attempts(self, engine, vkey: str, rows: list) -> None:
+        p, v = self.plan, self.v
         for attempt in range(p.engine.max_restarts + 1):
             try:
                 self._serve_and_evaluate(engine, vkey, rows)
@@ -125,27 +167,28 @@ class _Run:
     def _serve_and_evaluate(self, engine, vkey: str, rows: list) -> None:
         p, v = self.plan, self.v
         t0 = time.monotonic()
-        with self.guard("shared"), self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine"):
+        starting = self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine")
+        with self.clock.leased("shared", busy=False), starting:
             try:
                 endpoint = engine.start()
             except EngineError as e:
                 e.at_start = True
                 raise
-        with _stopping(engine):
+        with _stopping(engine), self.clock.serving():
             self.facts["startup_seconds"] = round(engine.startup_seconds or time.monotonic() - t0, 1)
             self.facts["engine"], self.facts["engine_version"] = endpoint.engine, endpoint.engine_version
             self.log(f"[{v.name}] engine up in {self.facts['startup_seconds']:.0f} s at {endpoint.base_url}")
             # a pending baseline is waited for holding no lease: its probe needs the device alone
             self.monitor.wait_for_reference()
-            with self.guard("shared"):
+            with self.clock.leased("shared"):
                 self._suites(engine, endpoint, vkey)
             # latency is measured with the devices alone: other variants' work there waits meanwhile
             if p.probe is not None and not (self.ws / p.probe_path(vkey)).exists():
-                with self.guard("exclusive"):
+                with self.clock.leased("exclusive"):
                     self.probe(endpoint, vkey)
             for row in rows:
                 if row.on_server and not row.path.exists():
-                    with self.guard("exclusive"):
+                    with self.clock.leased("exclusive"):
                         self.grid_row(row, engine, endpoint)
 
     def _suites(self, engine, endpoint, vkey: str) -> None:
@@ -224,7 +267,7 @@ class _Run:
             engine = build_engine(row.spec.kind, self.v, ckpt, row.spec, self.plan.settings,
                                   self.logs / "grid" / metric_segment(row.label))
             try:
-                with self.guard("exclusive"):
+                with self.clock.leased("exclusive", busy=False):  # its own engine: the variant's is stopped
                     self.grid_row(row, engine)
             except EngineError as e:
                 errors[row.label] = str(e).splitlines()[0]
@@ -371,6 +414,8 @@ def run_variant(plan: VariantPlan, workspace: Path, sink: RecordSink, reporter: 
             reporter.log(f"[{v.name}] every suite already in the store: nothing to run")
         probe = plan.probe_path(vkey) if plan.probe is not None else None
         grid = r.grid(ckpt, rows)
+        if evaluated:  # with the leases its grid rows waited for
+            r.facts.update(r.clock.facts())
         measured = Measured(**r.facts, reused=r.reused, not_run=dict(r.monitor.not_run) if r.monitor else {})
         return VariantOutcome(name=v.name, status="ok", measured=measured, evaluated=evaluated, grid=grid,
                               probe_path=str(probe) if probe and (workspace / probe).exists() else None)

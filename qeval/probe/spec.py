@@ -30,10 +30,14 @@ class ProbeSpec(Strict):
     slo: dict[str, float] = {}
     # per-request SLOs for goodput (requests/s meeting all of them), e.g. {ttft_ms: 500, tpot_ms: 50}
     goodput_slo: dict[str, float] = {}
+    # probe a variant served on its dequantized weights (recipe.simulate) too: its speed is the dense model's, not
+    # its scheme's, so by default it is not probed and its performance rules show nothing either way
+    simulated: bool = False
 
     def key(self) -> dict[str, Any]:
-        """What a stored probe is keyed by (with the variant's key): what this probe says beyond its defaults."""
-        return non_defaults(self)
+        """What a stored probe is keyed by (with the variant's key): what this probe says beyond its defaults
+        (whether simulated variants are probed says which variants are, not what a probe measures)."""
+        return {k: x for k, x in non_defaults(self).items() if k != "simulated"}
 
     @field_validator("slo")
     @classmethod

@@ -96,6 +96,12 @@ class Measured(_Model):
     kv_cache_bytes: Annotated[int | None, SERVED] = None  # as the engine reports it
     kv_cache_tokens: Annotated[int | None, SERVED] = None
     eval_seconds: Annotated[float | None, SERVED] = None
+    # its engine up with nothing running on it (waiting for a lease, or for the baseline's records its gates pair
+    # with): what a packed campaign's schedule left unused
+    idle_seconds: Annotated[float | None, SERVED] = None
+    # its stages waiting for their leases: its start, its suites and its probe (another variant's probe, or the
+    # quality work a probe waits for)
+    lease_wait_seconds: Annotated[float | None, SERVED] = None
     # per suite, the requests in flight it was evaluated with (a suite set to `auto`: sized from the engine)
     concurrency: Annotated[dict[str, int], SERVED] = {}
     max_num_seqs: Annotated[int | None, SERVED] = None  # what the engine schedules at once (as set, or its default)

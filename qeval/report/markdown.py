@@ -23,13 +23,13 @@ TEMPLATE = """\
 {% endif %}
 {{ look.overall(r.verdict) }}
 
-| variant | method | verdict | weights | engine RSS | start-up |
-| --- | --- | --- | --- | --- | --- |
+| variant | method | verdict | weights | engine RSS | start-up | evaluating | idle (lease wait) |
+| --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-| {{ v.name }} | {{ v.method }}{{ " (simulated)" if v.recipe.get("simulate") }}{{ " + KV " ~ v.kv_cache_dtype if v.kv_cache_dtype }} | {{ look.badge("baseline" if v.role == "baseline" else "A/A" if v.role == "noise" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} |
+| {{ v.name }} | {{ v.method }}{{ " (simulated)" if v.recipe.get("simulate") }}{{ " + KV " ~ v.kv_cache_dtype if v.kv_cache_dtype }} | {{ look.badge("baseline" if v.role == "baseline" else "A/A" if v.role == "noise" else r.verdicts.get(v.name, "-")) }} | {{ mib(v.weights_bytes) }} | {{ mib(v.engine_rss_bytes) }} | {{ secs(v.startup_seconds) }} | {{ secs(v.eval_seconds) }} | {{ secs(v.idle_seconds) }}{{ " (" ~ secs(v.lease_wait_seconds) ~ ")" if v.lease_wait_seconds }} |
 {% endfor %}
 {% for v in r.variants if v.simulated %}
-{{ "Simulated (quality judged on the scheme's dequantized weights; weights, memory and speed are the dense model's, so performance rules show nothing):" if loop.first }}
+{{ "Simulated (quality judged on the scheme's dequantized weights; weights, memory and speed are the dense model's, so performance rules show nothing; probed only where `probe: {simulated: true}` asks):" if loop.first }}
 - {{ v.name }}: {{ v.simulated }}
 {% endfor %}
 {% for v in r.variants if v.role == "variant" and (v.changes or v.perf_not_applicable) %}

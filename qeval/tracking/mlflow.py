@@ -79,6 +79,7 @@ def variant_metrics(record: RunRecord, name: str) -> dict[str, float]:
                          ("memory/model_bytes", v.model_memory_bytes),
                          ("memory/kv_cache_bytes", v.kv_cache_bytes), ("memory/kv_cache_tokens", v.kv_cache_tokens),
                          ("time/startup_s", v.startup_seconds), ("time/eval_s", v.eval_seconds),
+                         ("time/idle_s", v.idle_seconds), ("time/lease_wait_s", v.lease_wait_seconds),
                          ("time/quantize_s", v.quantize_seconds)):
         if value is not None:
             m[label] = float(value)

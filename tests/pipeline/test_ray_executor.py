@@ -211,6 +211,30 @@ def test_packed_variants_share_quality_work_but_never_a_probe(cluster, local_run
                for i, a in enumerate(shared) for b in shared[i + 1:]), leases
 
 
+def test_packed_with_the_a_a_the_baselines_probe_never_waits_for_it(cluster, spawn, tmp_path):
+    """Packed a quarter CPU each with the noise floor on: the A/A (the baseline served again at one request in
+    flight) is submitted only once the baseline has finished, so the baseline's probe never waits for its quality
+    work; every variant's record says how long its engine sat idle and how long its stages waited for leases."""
+    config = _on_ray(_campaign(tmp_path, token_delay_s=0.002),
+                     f'{{kind: ray, address: "{cluster.address}", num_cpus: 0.25}}')
+    config.write_text(config.read_text() + "noise_floor: {enabled: true}\n")
+    out = tmp_path / "out.log"
+    proc = spawn([*cluster.run_prefix, *QEVAL, "run", str(config), "--no-mlflow"], env=_env(tmp_path),
+                 stdout=out.open("w"), stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=300) == 1, out.read_text()[-3000:]
+    run_dir = tmp_path / "runs" / "p"
+    book = json.loads((run_dir / "leases.json").read_text())
+    leases = book["leases"]
+    assert book["overlaps"] == 0 and overlaps(leases) == []
+    [probe] = [h for h in leases if h["holder"].startswith("base#") and h["kind"] == "exclusive"]
+    aa = [h for h in leases if h["holder"].startswith("base-aa#")]
+    assert aa and min(h["asked"] for h in aa) >= probe["end"], leases
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert [v["role"] for v in rec["variants"]] == ["baseline", "variant", "variant", "noise"]
+    for v in rec["variants"]:
+        assert v["idle_seconds"] is not None and v["idle_seconds"] >= 0 and v["lease_wait_seconds"] >= 0, v
+
+
 def test_a_spent_time_budget_starts_no_more_variants_and_a_rerun_resumes(cluster, local_run, tmp_path):
     """`--max-minutes 0`: the budget is spent before any variant but the baseline is placed on a node; they
     are reported not evaluated (never PASS), and the same command without the budget finishes the run."""

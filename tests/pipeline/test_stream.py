@@ -8,6 +8,8 @@ import asyncio
 import pickle
 import time
 
+import pytest
+
 from qeval.config import load_config
 from qeval.executors.leases import LeaseBook, overlaps
 from qeval.executors.local import LocalExecutor
@@ -89,9 +91,12 @@ def test_the_stream_replayed_is_the_local_store_and_a_cut_stream_resumes(tmp_pat
             assert [r for r in _rows(cut)] == [r for r in _rows(local) if r[4] == "w3"]
 
 
-def test_a_probe_never_overlaps_other_work_and_goes_before_new_work():
+@pytest.mark.parametrize("admit_s, first", [(0, ["a", "b", "probe", "late"]), (60, ["a", "b", "late", "probe"])])
+def test_a_probe_never_overlaps_other_work_and_goes_before_new_work(admit_s, first):
+    """admit_s 0: "late" came while the probe waited, and waited behind it; within the probe's window it starts
+    beside the quality work the probe waits for anyway, and the probe measures once it is done too."""
     async def scenario():
-        book, log = LeaseBook(), []
+        book, log = LeaseBook(admit_s=admit_s), []
 
         async def work(holder, kind, start_after, hold):
             await asyncio.sleep(start_after)
@@ -105,7 +110,7 @@ def test_a_probe_never_overlaps_other_work_and_goes_before_new_work():
         return await book.history(), [h for h, _, _ in log]
 
     history, order = asyncio.run(scenario())
-    assert order == ["a", "b", "probe", "late"]  # "late" came while the probe waited: it waited behind it
+    assert order == first
     assert overlaps(history) == [] and all(h["end"] for h in history)
     shared = [h for h in history if h["holder"] in "ab"]
     assert shared[0]["start"] < shared[1]["end"] and shared[1]["start"] < shared[0]["end"]  # shared side by side
