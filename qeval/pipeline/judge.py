@@ -154,6 +154,8 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
 def variant_changes(cfg: CampaignConfig, record: RunRecord) -> dict[str, Changes]:
     """What each variant of the campaign changes against the baseline (pipeline/changes.py), with what the
     record read of each checkpoint's config (a made checkpoint's kv_cache_scheme is known once it is made)."""
+    if cfg.model is None:  # every variant imported (method `results`): nothing served, no engine to compare
+        return {}
     entries = {r.name: r for r in record.variants}
 
     def served(v) -> Served:
