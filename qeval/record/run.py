@@ -184,6 +184,9 @@ class Comparison(_Model):
     mde: float | None = None  # smallest drop this suite detects at the rule's alpha and beta (design)
     power_method: str | None = None
     mde_observed: float | None = None  # the same from this run's paired variance (after the run)
+    skew: float | None = None  # continuous, interval auto: the sample skew of the differences, positive better
+    # interval auto: why no interval keeps alpha on these differences (a heavy tail); the gate cannot PASS
+    interval_refused: str | None = None
 
 
 class NoiseFloor(_Model):
@@ -216,6 +219,7 @@ class GateResult(_Model):
     p_value: float | None = None
     p_adjusted: float | None = None
     p_exact: float | None = None  # 0/1 metrics: the exact unconditional test a PASS must also clear
+    method: str | None = None  # fixed n: the interval whose bounds the gate read (its comparison's interval_method)
     sequential: str | None = None  # the method of a gate that looked while its suite ran (None: fixed n)
     items_used: int | None = None  # sequential: the items its decision read (the rest were not evaluated)
     items_planned: int | None = None

@@ -61,6 +61,10 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
     reason, p_exact = d.reason, None
+    if c.interval_refused and not high < (margin if rule.mode == "superiority" else -margin):
+        # no interval keeps alpha on these differences: only a clear FAIL stands (a loss tail the sample
+        # missed pulls the bounds up, so an upper bound that still falls short errs on the safe side)
+        verdict, reason = "INCONCLUSIVE", c.interval_refused
     if verdict == "PASS" and c.binary and c.n_groups is None and rule.mode != "superiority" \
             and c.flips_variant_only is not None and c.flips_base_only is not None:
         # the interval is an approximation (a little above alpha at some n): a PASS must also clear the
@@ -81,7 +85,8 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
                       margin=margin, margin_spec=f"{rule.margin:.0%} of baseline" if rule.relative else f"{rule.margin:g}",
                       alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
                       delta=delta, lower_bound=low, upper_bound=high, mde=c.mde, p_value=c.p_value,
-                      p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason)
+                      p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason,
+                      method=c.interval_method)
 
 
 def _not_run(variant: str, suite: str, metric: str, rule: GateRule, why: str) -> GateResult:
