@@ -37,9 +37,9 @@ class TailChoice:
 
 def oriented_skew(d: np.ndarray) -> float:
     """The sample skewness (scipy.stats.skew, the biased g1) of the oriented differences; 0 where they are
-    constant or fewer than three."""
+    fewer than three or constant up to rounding (b + 0.01 - b is not exactly 0.01: that noise has no tail)."""
     x = np.asarray(d, float)
-    if len(x) < 3 or np.ptp(x) == 0:
+    if len(x) < 3 or np.ptp(x) <= 1e-9 * max(float(np.abs(x).max()), np.finfo(float).tiny):
         return 0.0
     return float(stats.skew(x))
 
