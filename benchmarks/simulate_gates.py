@@ -27,7 +27,7 @@ from qeval.stats import (clustered_mean_delta, mean_delta, n_required, n_require
                          paired_bootstrap_t_ci)
 from qeval.stats.exact import noninferiority_exact
 from qeval.stats.sequential import gsd_gate
-from qeval.stats.tails import TAIL_CUTOFFS, choose_interval, oriented_skew
+from qeval.stats.tails import TAIL_CUTOFFS, choose_interval
 from qeval.verdict.comparison import compare_metric
 from qeval.verdict.gates import evaluate
 from qeval.verdict.pairing import Paired
