@@ -42,7 +42,7 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
             bt = paired_bootstrap_t_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,
                                        seed=policy.seed)
             low, high, method = bt.ci_low, bt.ci_high, bt.method
-        else:  # refused: the t interval is reported, and the gate reads only whether it shows the variant worse
+        else:  # t; where refused, t is reported and the gate reads only whether it shows the variant worse
             low, high, method = t.ci_low, t.ci_high, t.method
             refused = None if choice.method else choice.reason
     elif policy.interval == "t":
