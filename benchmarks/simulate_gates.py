@@ -4,7 +4,14 @@
 - true delta = 0 at the planned n: it must PASS at least 1 - beta of the time (power).
 Binary and continuous metrics, with and without clustering (items sharing a group).
 
+--tails: continuous differences that are skewed or heavy-tailed (lognormal, skew-normal, Lomax, t3) at a true
+delta of exactly -margin, the long tail on the losing side (a variant with rare large losses) and on the
+gaining side; n in {20, 50, 100, 300}; the false-pass rate of each fixed-n interval qeval has, of the sequential
+gsd gate, and of `interval: auto`, which picks t, bootstrap-t or a refusal from the sample's skew.
+
 Run: .venv/bin/python benchmarks/simulate_gates.py [--reps 2000] [--reps-clustered 10000]
+     .venv/bin/python benchmarks/simulate_gates.py --tails [--reps 500] [--resamples 999] [--calibrate]
+     .venv/bin/python benchmarks/simulate_gates.py --tails --check --seed 1 [--reps 2000]
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ import numpy as np
 from scipy import stats
 
 from qeval.record.metrics import continuous, indicator
-from qeval.stats import clustered_mean_delta, n_required, n_required_clustered
+from qeval.stats import (clustered_mean_delta, mean_delta, n_required, n_required_clustered, paired_bootstrap_ci,
+                         paired_bootstrap_t_ci)
 from qeval.stats.exact import noninferiority_exact
+from qeval.stats.sequential import gsd_gate
+from qeval.stats.tails import TAIL_CUTOFFS, choose_interval
 from qeval.verdict.comparison import compare_metric
 from qeval.verdict.gates import evaluate
 from qeval.verdict.pairing import Paired
+from qeval.verdict.sequential import heavy_tail_held
 from qeval.verdict.policy import GatePolicy, GateRule
 
 
@@ -103,11 +114,125 @@ def clustered_rows(label: str, groups: np.ndarray, reps: int, margin: float, sd:
           f"CR1's {p1:.4f}")
 
 
+def _centred(draw, mean: float, sd: float):
+    """A draw of n values with mean 0 and sd 1 from a distribution of this mean and sd."""
+    return lambda rng, n: (draw(rng, n) - mean) / sd
+
+
+def tail_shapes() -> dict[str, object]:
+    """Centred, unit-sd shapes; each skewed one enters twice, its long tail on the losing and the gaining side."""
+    shapes = {"normal": lambda rng, n: rng.standard_normal(n)}
+    base = {}
+    for s in (0.5, 1.0, 1.5):
+        m, v = math.exp(s * s / 2), (math.exp(s * s) - 1) * math.exp(s * s)
+        base[f"lognormal sigma {s:g}"] = _centred(lambda rng, n, s=s: rng.lognormal(0.0, s, n), m, math.sqrt(v))
+    sn = stats.skewnorm(10)
+    base["skew-normal a 10"] = _centred(lambda rng, n: sn.rvs(n, random_state=rng), sn.mean(), sn.std())
+    for c in (2.5, 4.0):
+        lx = stats.lomax(c)
+        base[f"Lomax shape {c:g}"] = _centred(lambda rng, n, c=c: rng.pareto(c, n), lx.mean(), lx.std())
+    for name, f in base.items():
+        shapes[f"{name}, loss tail"] = lambda rng, n, f=f: -f(rng, n)
+        shapes[f"{name}, gain tail"] = f
+    shapes["t3"] = _centred(lambda rng, n: rng.standard_t(3, n), 0.0, math.sqrt(3.0))
+    return shapes
+
+
+TAIL_METHODS = ("t", "percentile", "bca", "bootstrap-t", "gsd", "auto", "gsd auto")
+
+
+def tails_cell(shape, n: int, reps: int, resamples: int, margin: float, sd: float, alpha: float = 0.05,
+               seed: int = 0, check: bool = False) -> dict:
+    """Per rep: whether each method PASSed at true delta = -margin, and the sample's oriented skew. `check`:
+    only what `interval: auto` and gsd read (the bootstrap-t where auto picks it), the other columns left out."""
+    conf = 1 - 2 * alpha
+    out = {m: np.zeros(reps, bool) for m in TAIL_METHODS} | {"skew": np.zeros(reps), "refused": np.zeros(reps, bool)}
+    zero = np.zeros(n)
+    for r in range(reps):
+        rng = np.random.default_rng([seed, n, r])
+        d = -margin + sd * shape(rng, n)  # oriented: positive is better
+        t = mean_delta(zero, d, conf)
+        out["t"][r] = t.ci_low > -margin
+        choice = choose_interval(d)
+        if not check or choice.method == "paired-bootstrap-t":
+            out["bootstrap-t"][r] = paired_bootstrap_t_ci(zero, d, conf, resamples=resamples, seed=r).ci_low > -margin
+        for m in () if check else ("percentile", "bca"):
+            out[m][r] = paired_bootstrap_ci(zero, d, conf, resamples=resamples, seed=r, method=m).ci_low > -margin
+        seq = gsd_gate(d, n, margin, alpha, look_every=50, min_items=100, binary=False, planning_sd=sd)
+        out["gsd"][r] = seq.verdict == "PASS"
+        out["gsd auto"][r] = heavy_tail_held(seq, d, n).verdict == "PASS"
+        out["skew"][r] = choice.skew
+        out["refused"][r] = choice.method is None
+        out["auto"][r] = (out["t"][r] if choice.method == "paired-t" else
+                          out["bootstrap-t"][r] if choice.method == "paired-bootstrap-t" else False)
+    return out
+
+
+def calibrate(cells: dict, alpha: float, reps: int, check: bool) -> None:
+    """The widest skew cutoffs per n (t from -s_t up, bootstrap-t from -s_b to -s_t, else refuse) whose rule
+    keeps every shape's false-pass rate within alpha plus one Monte Carlo se (`check`: t's alone)."""
+    tol = alpha + math.sqrt(alpha * (1 - alpha) / reps)
+    grid = np.round(np.arange(0.0, 6.01, 0.05), 2)
+    for n in sorted({n for _, n in cells}):
+        rows = [c for (_, m), c in cells.items() if m == n]
+
+        def worst(s_t: float, s_b: float) -> float:
+            return max(float(np.mean((c["t"] & (c["skew"] >= -s_t)) |
+                                     (c["bootstrap-t"] & (c["skew"] < -s_t) & (c["skew"] >= -s_b)))) for c in rows)
+
+        def widest(ok, start: float) -> float | None:  # the cutoff grown from `start` until the first failure
+            last = None
+            for s in grid[grid >= start]:
+                if not ok(s):
+                    break
+                last = s
+            return last
+
+        s_t = widest(lambda s: worst(s, s) <= tol, 0.0)
+        if s_t is None:
+            print(f"  n = {n}: t fails alpha even on the least skewed samples")
+            continue
+        s_b = s_t if check else widest(lambda s: worst(s_t, s) <= tol, s_t)
+        print(f"  n = {n}: t for skew >= -{s_t:g}, bootstrap-t down to -{s_b:g} (worst shape {worst(s_t, s_b):.4f})")
+
+
+def tails(reps: int, resamples: int, run_calibration: bool, seed: int, check: bool) -> None:
+    margin, sd, alpha = 0.05, 0.15, 0.05
+    mc = math.sqrt(alpha * (1 - alpha) / reps)
+    print(f"tails: seed {seed}, reps={reps} per cell, bootstrap resamples={resamples}, alpha={alpha}, true delta = -margin; "
+          f"Monte Carlo se at 5%: {mc:.4f}; a rate above {alpha + 2 * mc:.4f} exceeds alpha beyond MC error (2 se)")
+    print(f"auto's cutoffs (qeval.stats.tails.TAIL_CUTOFFS): {TAIL_CUTOFFS}")
+    cells = {}
+    print("| shape | n | " + " | ".join(TAIL_METHODS) + " | auto refused | median skew |")
+    print("| --- | --- | " + " | ".join("---" for _ in TAIL_METHODS) + " | --- | --- |")
+    for name, shape in tail_shapes().items():
+        for n in (20, 50, 100, 300):
+            c = cells[name, n] = tails_cell(shape, n, reps, resamples, margin, sd, alpha, seed, check)
+            rates = [float(c[m].mean()) for m in TAIL_METHODS]
+            flag = ["-" if check and m in ("percentile", "bca", "bootstrap-t") else
+                    "**%.3f**" % r if r > alpha + 2 * mc else "%.3f" % r for m, r in zip(TAIL_METHODS, rates)]
+            print(f"| {name} | {n} | " + " | ".join(flag) + f" | {c['refused'].mean():.3f} | "
+                  f"{np.median(c['skew']):+.2f} |", flush=True)
+    if run_calibration:
+        print("calibration (widest cutoffs keeping every shape within alpha + 1 MC se"
+              + ("; the bootstrap-t's not searched" if check else "") + "):")
+        calibrate(cells, alpha, reps, check)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--reps-clustered", type=int, default=None, help="reps for the clustered rows (default: --reps)")
+    ap.add_argument("--tails", action="store_true", help="only the skewed and heavy-tailed continuous rows")
+    ap.add_argument("--resamples", type=int, default=999, help="--tails: bootstrap resamples per interval")
+    ap.add_argument("--calibrate", action="store_true", help="--tails: search the skew cutoffs of interval: auto")
+    ap.add_argument("--check", action="store_true",
+                    help="--tails: only t, gsd and what auto reads (fast: checks the committed cutoffs)")
+    ap.add_argument("--seed", type=int, default=0, help="--tails: the simulation's seed (calibrate on one, check on another)")
     args = ap.parse_args()
+    if args.tails:
+        tails(args.reps, args.resamples, args.calibrate, args.seed, args.check)
+        return
     margin, p_disc = 0.05, 0.10
     n_bin = n_required(margin, math.sqrt(p_disc), binary=True)
     sd = 0.15

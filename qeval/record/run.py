@@ -43,7 +43,7 @@ GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED", "
 # ratio_met, ratio_missed, not_measured, simulated (the dense model's figures, not the scheme's)
 GateFinding = Literal["shown_within", "shown_worse", "shown_better", "not_shown_within", "shown_not_better",
                       "not_shown_better", "underpowered", "underpowered_within", "futile", "undecided",
-                      "exact_test_not_confirmed", "undirected", "missing", "not_run",
+                      "exact_test_not_confirmed", "refused_heavy_tail", "undirected", "missing", "not_run",
                       "ratio_met", "ratio_missed", "not_measured", "simulated"]
 
 
@@ -223,6 +223,9 @@ class Comparison(_Model):
     # Cohen's d_z: the mean of the per-item differences (variant - baseline) over their sd; None where they do
     # not vary or fewer than two items pair (MLflow's `effect_size`)
     effect_size: float | None = None
+    skew: float | None = None  # continuous, interval auto: the sample skew of the differences, positive better
+    # interval auto: why no interval keeps alpha on these differences (a heavy tail); the gate cannot PASS
+    interval_refused: str | None = None
 
 
 class NoiseFloor(_Model):
@@ -255,6 +258,7 @@ class GateResult(_Model):
     p_value: float | None = None
     p_adjusted: float | None = None
     p_exact: float | None = None  # 0/1 metrics: the exact unconditional test a PASS must also clear
+    method: str | None = None  # fixed n: the interval whose bounds the gate read (its comparison's interval_method)
     sequential: str | None = None  # the method of a gate that looked while its suite ran (None: fixed n)
     items_used: int | None = None  # sequential: the items its decision read (the rest were not evaluated)
     items_planned: int | None = None

@@ -10,10 +10,12 @@ import numpy as np
 from ..record.metrics import MetricSpec
 from ..record.run import Comparison
 from ..stats import (adjust, clustered, clustered_mean_delta, design_effect, effect_size_dz, flips, mcnemar_exact,
-                     mean_delta, observed_power, paired_bootstrap_ci, paired_proportion_ci, planned_power,
-                     sign_flip_permutation, wilcoxon)
+                     mean_delta, observed_power, paired_bootstrap_ci, paired_bootstrap_t_ci, paired_proportion_ci,
+                     planned_power, sign_flip_permutation, wilcoxon)
+from ..stats.tails import choose_interval
 from .pairing import Paired
 from .policy import GatePolicy, GateRule
+from .rules import direction_of_spec
 
 
 def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Paired, rule: GateRule,
@@ -26,14 +28,28 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
     grouped = all(g is not None for g in p.groups) and len(set(p.groups)) > 1
     labels = [str(g) for g in p.groups]
     binary = spec.binary
+    skew = refused = None
     if grouped:
         ci = clustered_mean_delta(base, cand, labels, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
     elif policy.interval == "auto" and binary:
         ci = paired_proportion_ci(base, cand, confidence=conf)
         low, high, method = ci.ci_low, ci.ci_high, ci.method
-    elif policy.interval in ("t", "auto"):  # auto, continuous: simulated, the bootstrap under-covers at n ~ 50
+    elif policy.interval == "auto":  # continuous: t or bootstrap-t by the skew where each kept alpha, else none
+        choice = choose_interval(_oriented(base, cand, rule, spec), two_sided=rule.mode == "equivalence")
+        skew = choice.skew
+        if choice.method == "paired-bootstrap-t":
+            bt = paired_bootstrap_t_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,
+                                       seed=policy.seed)
+            low, high, method = bt.ci_low, bt.ci_high, bt.method
+        else:  # t; where refused, t is reported and the gate reads only whether it shows the variant worse
+            low, high, method = t.ci_low, t.ci_high, t.method
+            refused = None if choice.method else choice.reason
+    elif policy.interval == "t":
         low, high, method = t.ci_low, t.ci_high, t.method
+    elif policy.interval == "bootstrap-t":
+        bt = paired_bootstrap_t_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples, seed=policy.seed)
+        low, high, method = bt.ci_low, bt.ci_high, bt.method
     else:
         boot = paired_bootstrap_ci(base, cand, confidence=conf, resamples=policy.bootstrap_resamples,
                                    seed=policy.seed, method="bca" if policy.interval == "bca" else "percentile")
@@ -66,8 +82,15 @@ def compare_metric(variant: str, suite: str, metric: str, primary: bool, p: Pair
                       interval_method=method, confidence=conf, t_ci_low=t.ci_low, t_ci_high=t.ci_high,
                       n_groups=len(set(p.groups)) if grouped else None, binary=binary,
                       higher_is_better=spec.higher_is_better, mde=power.mde,
-                      power_method=power.method, mde_observed=seen.mde,
-                      effect_size=effect_size_dz(base, cand), **extra)
+                      power_method=power.method, mde_observed=seen.mde, effect_size=effect_size_dz(base, cand), skew=skew,
+                      interval_refused=refused, **extra)
+
+
+def _oriented(base: np.ndarray, cand: np.ndarray, rule: GateRule, spec: MetricSpec) -> np.ndarray:
+    """The per-item differences with positive better, so that a negative skew is a tail of losses (no
+    direction declared: as given; such a gate is not judged on its interval)."""
+    d = np.asarray(cand, float) - np.asarray(base, float)
+    return -d if direction_of_spec(rule, spec) == "lower" else d
 
 
 def adjust_all(comparisons: list[Comparison], method: str) -> list[Comparison]:

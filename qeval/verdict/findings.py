@@ -27,6 +27,7 @@ WORDS: dict[str, str] = {
     "futile": "stopped for futility: a pass at the full n had become unlikely",
     "undecided": "stopped before a decision",
     "exact_test_not_confirmed": "within the margin by its interval, not confirmed by the exact test",
+    "refused_heavy_tail": "heavy tail: no interval keeps alpha on these differences",
     "undirected": "no direction declared",
     "missing": "required metric missing",
     "not_run": "suite not run",

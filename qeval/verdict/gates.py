@@ -63,6 +63,10 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
     reason, p_exact, finding = d.reason, None, d.finding
+    if c.interval_refused and not high < (margin if rule.mode == "superiority" else -margin):
+        # no interval keeps alpha on these differences: only a clear FAIL stands (a loss tail the sample
+        # missed pulls the bounds up, so an upper bound that still falls short errs on the safe side)
+        verdict, reason, finding = "INCONCLUSIVE", c.interval_refused, "refused_heavy_tail"
     if verdict == "PASS" and c.binary and c.n_groups is None and rule.mode != "superiority" \
             and c.flips_variant_only is not None and c.flips_base_only is not None:
         # the interval is an approximation (a little above alpha at some n): a PASS must also clear the
@@ -84,7 +88,7 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
                       alpha=rule.alpha, beta=rule.beta, base_mean=c.base_mean, variant_mean=c.variant_mean,
                       delta=delta, lower_bound=low, upper_bound=high, mde=c.mde, p_value=c.p_value,
                       p_adjusted=c.p_adjusted, p_exact=p_exact, action=rule.action, verdict=verdict, reason=reason,
-                      finding=finding)
+                      finding=finding, method=c.interval_method)
 
 
 def _not_run(variant: str, suite: str, metric: str, rule: GateRule, why: str) -> GateResult:

@@ -132,9 +132,10 @@ class GatePolicy(Strict):
     performance: list[PerfRule] = []
     recommend: Recommend | None = None  # None: by weights memory
     # the bound a gate reads. auto: the cluster-robust t (CR2, Bell-McCaffrey df) when items carry groups,
-    # Newcombe's score interval for 0/1 metrics, the paired t otherwise (benchmarks/simulate_gates.py: the
-    # percentile bootstrap gave 5.7% false passes at a nominal 5% with n = 56)
-    interval: Literal["auto", "bootstrap", "bca", "t"] = "auto"
+    # Newcombe's score interval for 0/1 metrics; otherwise the paired t, or the bootstrap-t where the sample's
+    # skew is past the t's reach, or no interval (INCONCLUSIVE) past the bootstrap-t's (qeval/stats/tails.py;
+    # benchmarks/simulate_gates.py: the percentile bootstrap gave 5.7% false passes at a nominal 5% with n = 56)
+    interval: Literal["auto", "bootstrap", "bca", "t", "bootstrap-t"] = "auto"
     correction: Literal["holm", "bh", "none"] = "holm"  # for the p-values across the campaign
     inconclusive: Literal["fail", "pass"] = "fail"  # what an underpowered gate does to the exit code
     bootstrap_resamples: int = Field(10000, ge=100)

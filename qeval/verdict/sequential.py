@@ -107,9 +107,29 @@ def sequential_result(policy: "GatePolicy", rule: "GateRule", spec: "MetricSpec"
     if seq.method == "betting":
         return betting_gate(d, n, margin, rule.alpha, look_every=seq.look_every, min_items=seq.min_items,
                             mde=mde, groups=groups)
-    return gsd_gate(d, n, margin, rule.alpha, look_every=seq.look_every, min_items=seq.min_items,
-                    binary=spec.binary and not grouped, planning_sd=plan_sd if plan_sd is not None else 1.0,
-                    futility=seq.futility_spend, mde=mde, groups=groups)
+    res = gsd_gate(d, n, margin, rule.alpha, look_every=seq.look_every, min_items=seq.min_items,
+                   binary=spec.binary and not grouped, planning_sd=plan_sd if plan_sd is not None else 1.0,
+                   futility=seq.futility_spend, mde=mde, groups=groups)
+    return res if spec.binary or grouped or policy.interval != "auto" else heavy_tail_held(res, d, n)
+
+
+def heavy_tail_held(res: "SequentialResult", d: np.ndarray, n: int) -> "SequentialResult":
+    """A gsd PASS on continuous differences stands where the t interval keeps alpha at the skew of the items it
+    read (qeval/stats/tails.py: gsd reads the same statistic). Past that: UNDECIDED until the full n, so that the
+    suite runs on, then INCONCLUSIVE, since a later look would be a second try at a design that already passed."""
+    import dataclasses
+
+    from ..stats.tails import choose_interval
+
+    if res.verdict != "PASS":
+        return res
+    choice = choose_interval(d[:res.items_used])
+    if choice.method == "paired-t":
+        return res
+    if len(d) < n:
+        return dataclasses.replace(res, verdict="UNDECIDED", reason=f"{choice.reason}; the suite runs on")
+    return dataclasses.replace(res, verdict="INCONCLUSIVE", reason=choice.reason.replace(
+        "no method keeps alpha", "the sequential gate's normal statistic does not keep alpha"))
 
 
 @dataclass(frozen=True)
