@@ -196,8 +196,8 @@ def abilities(settings: Settings, devices: tuple[str, ...]) -> list[Ability]:
     engine = engines.get(default_kind)
     served = engine.default_runtime(settings)
     for method in METHODS:
-        if method in ("checkpoint", "external"):
-            continue  # served as given: what it needs is the checkpoint's or the endpoint's
+        if method in ("checkpoint", "external", "results"):
+            continue  # served as given, or read and not served: what it needs is the checkpoint's, the endpoint's or the files'
         maker = DEFAULT_QUANTIZER.get(method)
         quantizer = QUANTIZERS.get(maker) if maker else None
         for device in devices:

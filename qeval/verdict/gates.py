@@ -32,6 +32,9 @@ def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> 
     if verdict == "FAIL" and rule.action == "warn":
         verdict = "WARN"
     last = seq.looks[-1] if seq.looks else None
+    # a PASS held for a heavy tail (verdict/sequential.heavy_tail_held) keeps its look's finding, not its verdict
+    finding = ("undecided" if seq.verdict == "UNDECIDED" else "refused_heavy_tail"
+               if seq.verdict == "INCONCLUSIVE" and seq.finding == "shown_within" else seq.finding)
     bound = (lambda x: None if x is None or x != x else x)  # the betting method has no interval: its capital decides
     sign = -1.0 if direction_of(rule, c) == "lower" else 1.0
     return GateResult(variant=c.variant, suite=c.suite, metric=c.metric, rule=rule.match, mode=rule.mode,
@@ -40,7 +43,7 @@ def _sequential_gate(c: Comparison, rule: GateRule, seq: "SequentialResult") -> 
                       delta=last.mean if last else sign * c.delta, lower_bound=bound(last.lower if last else None),
                       upper_bound=bound(last.upper if last else None), mde=c.mde, p_value=c.p_value,
                       p_adjusted=c.p_adjusted, action=rule.action, verdict=verdict, reason=reason,
-                      finding=seq.finding, sequential=seq.method, items_used=seq.items_used,
+                      finding=finding, sequential=seq.method, items_used=seq.items_used,
                       items_planned=seq.n_planned)
 
 

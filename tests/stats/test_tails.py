@@ -140,12 +140,12 @@ def test_sequential_pass_held_on_a_loss_tail():
     from qeval.verdict.sequential import heavy_tail_held
 
     rng = np.random.default_rng(6)
-    passed = SequentialResult("gsd", 0.05, 0.05, 200, (Look(100, 0.0, -0.01, 0.01, "PASS"),), "PASS", "lower bound")
+    passed = SequentialResult("gsd", 0.05, 0.05, 200, (Look(100, 0.0, -0.01, 0.01, "PASS", "shown_within"),), "PASS", "lower bound")
     calm, tail = rng.normal(0, 0.05, 200), -rng.lognormal(0, 1.5, 200) + 1
     assert heavy_tail_held(passed, calm[:150], 200) is passed
     held = heavy_tail_held(passed, tail[:150], 200)
     assert held.verdict == "UNDECIDED" and "the suite runs on" in held.reason
     done = heavy_tail_held(passed, tail, 200)
     assert done.verdict == "INCONCLUSIVE" and done.reason.startswith("heavy tail: skew")
-    failed = SequentialResult("gsd", 0.05, 0.05, 200, (Look(100, -1.0, -1.1, -0.9, "FAIL"),), "FAIL", "worse")
+    failed = SequentialResult("gsd", 0.05, 0.05, 200, (Look(100, -1.0, -1.1, -0.9, "FAIL", "shown_worse"),), "FAIL", "worse")
     assert heavy_tail_held(failed, tail, 200) is failed
