@@ -27,7 +27,10 @@ def main(run_dir: Path, variants: list[str]) -> None:
             if f.name.startswith("results_"):
                 doc = json.loads(f.read_text())
                 doc["pretty_env_info"] = ""
-                (dest / f.name).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+                text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+                # the machine's own folders say nothing of the format: the run's folder and HOME, shortened
+                text = text.replace(str(run_dir.resolve()), "<run>").replace(str(Path.home()), "~")
+                (dest / f.name).write_text(text)
             else:
                 shutil.copyfile(f, dest / f.name)
         print(dest)
