@@ -107,7 +107,8 @@ def _read_log(path: Path) -> tuple[dict, list[tuple[str, dict]], Any]:
     if not isinstance(doc, dict):
         raise BadResults("not an inspect log (a JSON object)", file=path)
     samples = doc.get("samples") or []
-    return doc, [(f"samples[{i}]", s) for i, s in enumerate(samples)], doc.get("reductions")
+    return doc, [(f"samples[{i}]" + (f" (sample {s.get('id')}, epoch {s.get('epoch')})" if isinstance(s, dict) else ""), s)
+                 for i, s in enumerate(samples)], doc.get("reductions")
 
 
 def _canonical(obj: Any) -> bytes:
