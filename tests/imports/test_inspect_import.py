@@ -183,6 +183,8 @@ def test_an_errored_sample_is_unpaired_with_its_reason(logs, tmp_path):
     assert facts.unpaired == {"baseline": ["5"]}
     assert facts.dropped == {"variant": {"5": "errored (samples[5] (sample 5, epoch 1): RuntimeError: the sandbox "
                                                 "went away)"}}
+    report = (tmp_path / "runs" / "cmp" / "report.md").read_text()
+    assert "b, inspect/capitals: variant's item 5 has no score: errored (samples[5]" in report
 
 
 @pytest.mark.parametrize("edit, needles", [
