@@ -44,8 +44,9 @@ PARTIAL_VALUE = 0.5  # inspect's own value for partial credit
 BINARY_SCORERS = frozenset({"match", "includes", "choice", "exact", "pattern", "answer"})
 GRADED_SCORERS = frozenset({"model_graded_qa", "model_graded_fact"})  # 0/1 unless partial_credit (then C/P/I)
 CONTINUOUS_SCORERS = frozenset({"f1"})
-# reducers over epochs whose value of 0/1 scores is still 0 or 1 (mean, median and pass_at_k give fractions)
-ZERO_ONE_REDUCERS = ("mode", "max", "min", "at_least_")
+# reducers over epochs whose value of 0/1 scores is still 0 or 1, by the name the log gives them (at_least_<k>);
+# mean, median and pass_at_<k> give fractions
+ZERO_ONE_REDUCERS = ("mode", "majority", "max", "at_least_")
 
 
 def _load(data: bytes, file: Path, where: str) -> Any:
@@ -172,7 +173,8 @@ def _scorers(header: dict) -> dict[str, tuple[str, dict]]:
 
 def _reducers(header: dict) -> list[str]:
     got = ((header.get("eval") or {}).get("config") or {}).get("epochs_reducer")
-    return [str(r) for r in got] if isinstance(got, list) else ([str(got)] if got else ["mean"])
+    names = [str(r) for r in got] if isinstance(got, list) else ([str(got)] if got else ["mean"])
+    return [_registry_name(r) for r in names]
 
 
 def declared(score: str, scorers: dict[str, tuple[str, dict]], epochs: int, reducers: list[str],
@@ -295,7 +297,7 @@ def read_log(path: Path) -> tuple[ImportedTask, dict]:
                 if item not in reduced.get(name, {}):
                     dropped[item] = f"no reduction of {name!r} over its epochs"
                     break
-                scores.update(_values(name, reduced[name][item], path, f"reductions: {name}: sample {item}", {}))
+                scores.update(_values(name, reduced[name][item], path, f"reductions: {name}: sample {item}", partial))
             if item in dropped:
                 continue
         for p in {prompt_hash(s) for _, s in group} - {prompt_hash(first)}:
