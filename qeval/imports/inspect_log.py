@@ -266,6 +266,9 @@ def read_log(path: Path) -> tuple[ImportedTask, dict]:
     task = str(ev.get("task") or "")
     if not task:
         raise BadResults("not an inspect log (no eval.task)", file=path, where="eval.task")
+    if not raw:
+        raise BadResults("the log has no samples (inspect ran with --no-log-samples?): no item's score to pair",
+                         file=path, where="samples")
     epochs = int((ev.get("config") or {}).get("epochs") or 1)
     reduced = _reduced(reductions, path) if epochs > 1 else {}
     partial: dict[str, str] = {}

@@ -213,3 +213,19 @@ def test_an_inspect_log_given_as_lm_eval_output_is_named_as_such(logs, tmp_path)
     folder.mkdir()
     shutil.copy(logs / "base.json", folder)
     _refused(_file(tmp_path, logs / "base.json", folder), "a folder of inspect logs: name one log: base.json")
+
+
+def test_a_dict_valued_score_is_one_metric_per_key_and_declared_by_no_table(logs, tmp_path):
+    def split(doc):
+        for s in doc["samples"]:
+            s["scores"]["includes"]["value"] = {"right": s["scores"]["includes"]["value"], "style": 0.25}
+    got = _records(_edited(logs, tmp_path, "base.json", split))
+    assert {i: r.scores for i, r in got.items()} == {str(i): {"includes.right": float(i in BASE_RIGHT),
+                                                              "includes.style": 0.25} for i in range(N)}
+    [task] = InspectImporter().read(tmp_path / "base.json").tasks.values()
+    assert task.declared == {}  # includes' table entry is for its C/I value, not for keys a changed scorer gives
+
+
+def test_a_log_without_samples_is_refused(logs, tmp_path):
+    bare = _edited(logs, tmp_path, "cand.json", lambda d: d.pop("samples"))
+    _refused(_file(tmp_path, logs / "base.json", bare), f"{bare}:samples: the log has no samples")
