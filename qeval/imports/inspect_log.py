@@ -303,7 +303,7 @@ def read_log(path: Path) -> tuple[ImportedTask, dict]:
                 scores.update(_values(name, reduced[name][item], path, f"reductions: {name}: sample {item}", partial))
             if item in dropped:
                 continue
-        for p in {prompt_hash(s) for _, s in group} - {prompt_hash(first)}:
+        if len({prompt_hash(s) for _, s in group}) > 1:
             raise BadResults(f"sample {item}: its epochs asked different prompts", file=path, where=where)
         target = first.get("target")
         records.append(Record(item_id=item, scores=scores, prompt_hash=prompt_hash(first), doc_hash=doc_hash(first),
