@@ -101,9 +101,9 @@ class ResultsSpec(Strict):
     """Per-item results another evaluator wrote (`method: results`): read by the importer of `format`
     (qeval/imports), never served."""
 
-    format: str  # a registered importer: lm_eval
-    path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json)
-    tasks: list[str] | None = None  # the tasks to compare (lm-eval task names); None: every task the baseline has
+    format: str  # a registered importer: lm_eval, inspect
+    path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json; inspect: one log)
+    tasks: list[str] | None = None  # the tasks to compare (their evaluator's names); None: every task the baseline has
 
     @field_validator("format")
     @classmethod
