@@ -157,28 +157,30 @@ def compare(config: Path = typer.Argument(None, help="a comparison file: the cam
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME=FORMAT:PATH",
                                               help="a variant's results (repeatable)"),
             policy: Path = typer.Option(None, "--policy", help="the gate policy file (default: qeval's default policy)"),
+            metrics: Path = typer.Option(None, "--metrics", help="a YAML file of `metrics:` declarations: what each "
+                                                                 "metric the evaluator does not declare is"),
             out_dir: Path = typer.Option(None, "--out", help="the run folder (default: runs/<name>)"),
             name: str = typer.Option(None, "--name", help="the comparison's name (default: the --out folder's)"),
             tasks: list[str] = typer.Option(None, "--tasks", metavar="TASK",
                                             help="compare only these tasks of the baseline's (repeatable)"),
             no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later"),
             ) -> None:
-    """Compare per-item results another evaluator already wrote (lm-eval's --log_samples output), serving
+    """Compare per-item results another evaluator already wrote (lm-eval's --log_samples output, inspect_ai logs), serving
     nothing: the same pairing, gates, report, JUnit, exit codes and MLflow logging as a campaign."""
     from .pipeline.imported import compare as compare_results
 
-    if config is not None and (baseline or variant or policy or out_dir or name or tasks):
+    if config is not None and (baseline or variant or policy or metrics or out_dir or name or tasks):
         _fail(ConfigError("give a comparison file, or --baseline and --variant, not both"))
     if config is None:
         try:
-            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [])
+            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [], metrics)
         except QevalError as e:
             _fail(e)
     _run_or_finish(config, no_mlflow, compare_results)
 
 
 def _comparison_file(baseline: str | None, variants: list[str], policy: Path | None, out_dir: Path | None,
-                     name: str | None, tasks: list[str]) -> Path:
+                     name: str | None, tasks: list[str], metrics: Path | None = None) -> Path:
     """The command line's comparison as a campaign file in its run folder (comparison.yaml): what the record
     names, and what `qeval compare comparison.yaml` runs again."""
     import yaml
@@ -201,6 +203,14 @@ def _comparison_file(baseline: str | None, variants: list[str], policy: Path | N
         if not policy.is_file():
             raise ConfigError(f"gate policy {policy} does not exist", where="--policy")
         doc["gates"] = str(policy.resolve())
+    if metrics is not None:
+        if not metrics.is_file():
+            raise ConfigError(f"metrics file {metrics} does not exist", where="--metrics")
+        given = yaml.safe_load(metrics.read_text())
+        given = given.get("metrics") if isinstance(given, dict) else given
+        if not isinstance(given, list):
+            raise ConfigError("expected a list of declarations (or `metrics:` holding one)", file=str(metrics))
+        doc["metrics"] = given  # inlined: the comparison file stands alone
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "comparison.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

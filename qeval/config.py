@@ -33,7 +33,7 @@ from .verdict.policy import GatePolicy, GateRule, PerfMetric, PerfRule
 
 __all__ = ["CampaignConfig", "ResultsSpec", "ConfigError", "CustomSuiteRef", "EngineSpec", "ExternalSpec", "GatePolicy", "GateRule",
            "GenerationSpec", "GridEngineSpec", "GridSpec", "LmEvalSuiteRef", "LogprobsSuiteRef", "METHODS",
-           "MlflowSpec", "ModelSpec", "Name", "PerfMetric", "PerfRule", "Positive", "ProbeSpec", "QUANTIZED",
+           "MetricDeclaration", "MlflowSpec", "ModelSpec", "Name", "PerfMetric", "PerfRule", "Positive", "ProbeSpec", "QUANTIZED",
            "RecipeSpec", "ServedEngineSpec", "ServerSpec", "Strict", "SuiteRef", "TgiSpec", "TrtllmSpec",
            "VariantSpec", "VllmSpec", "format_validation", "line_of", "load_config", "load_policy", "parse_model",
            "read_yaml"]
@@ -101,9 +101,9 @@ class ResultsSpec(Strict):
     """Per-item results another evaluator wrote (`method: results`): read by the importer of `format`
     (qeval/imports), never served."""
 
-    format: str  # a registered importer: lm_eval
-    path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json)
-    tasks: list[str] | None = None  # the tasks to compare (lm-eval task names); None: every task the baseline has
+    format: str  # a registered importer: lm_eval, inspect
+    path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json; inspect: one log)
+    tasks: list[str] | None = None  # the tasks to compare (their evaluator's names); None: every task the baseline has
 
     @field_validator("format")
     @classmethod
@@ -115,6 +115,15 @@ class ResultsSpec(Strict):
         except ConfigError as e:
             raise ValueError(str(e)) from None
         return v
+
+
+class MetricDeclaration(Strict):
+    """What an imported metric is, where its evaluator does not say (`metrics:` of a comparison file): qeval never
+    infers it from the values, their type or the name."""
+
+    match: str  # glob over "suite/metric", e.g. "inspect/my_task/judge"
+    type: Literal["binary", "continuous"]  # binary: every item's score is 0 or 1
+    higher_is_better: bool | None = None  # None: a gate rule's `direction` must say
 
 
 class VariantSpec(Strict):
@@ -215,6 +224,8 @@ class CampaignConfig(Strict):
     # the baseline evaluated a second time by a second server under another batch shape (qeval/verdict/noise.py)
     noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
+    # imported results' metrics that their evaluator does not declare (a served suite declares its own)
+    metrics: list[MetricDeclaration] = []
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
     # config hash is taken over, so that a checkout in another folder is the same campaign
     _written: dict[str, Any] | None = PrivateAttr(default=None)
@@ -244,6 +255,9 @@ class CampaignConfig(Strict):
                 raise ValueError(f"every variant is `results` (compared, not served): {', '.join(given)} "
                                  "come from the results themselves; remove them")
             return self
+        if self.metrics:
+            raise ValueError("metrics: declares what imported results' metrics are (every variant `method: results`); "
+                             "a served suite declares its own")
         if any(v.method == RESULTS for v in self.all_variants()):
             raise ValueError("a campaign either serves its variants or compares results another evaluator wrote: "
                              "make every variant, the baseline too, `method: results`, or none")

@@ -192,3 +192,24 @@ def test_a_campaign_built_in_code_hashes_what_it_says():
     assert CampaignConfig.model_validate(data | {"description": "why"}).config_hash() != plain
     gated = data | {"gates": {"rules": [{"match": "*", "margin": 0.1}]}}
     assert CampaignConfig.model_validate(gated).config_hash() != plain
+
+
+def test_metric_declarations_are_for_imported_results_only(tmp_path):
+    p = write(tmp_path, GOOD + "metrics:\n  - {match: \"custom/*/contains\", type: binary, higher_is_better: true}\n")
+    with pytest.raises(ConfigError, match="a served suite declares its own"):
+        load_config(p)
+    log = tmp_path / "a.json"
+    log.write_text("{}")
+    comparison = f"""\
+name: t
+baseline: {{name: a, method: results, results: {{format: inspect, path: {log}}}}}
+variants:
+  - {{name: b, method: results, results: {{format: inspect, path: {log}}}}}
+metrics:
+  - {{match: "inspect/t/judge", type: %s, higher_is_better: true}}
+"""
+    cfg = load_config(write(tmp_path, comparison % "continuous"))
+    assert [(d.match, d.type, d.higher_is_better) for d in cfg.metrics] == [("inspect/t/judge", "continuous", True)]
+    # the snippet qeval prints for an undeclared metric leaves the choice to the user: pasted as is, it is refused
+    with pytest.raises(ConfigError, match="metrics.0.type"):
+        load_config(write(tmp_path, comparison % "binary|continuous"))

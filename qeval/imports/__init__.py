@@ -9,4 +9,5 @@ from __future__ import annotations
 from ..registry import Registry
 
 IMPORTERS = Registry("result format", entry_point_group="qeval.importers",
-                     modules={"lm_eval": "qeval.imports.lmeval"}, base="qeval.imports.base:Importer")
+                     modules={"lm_eval": "qeval.imports.lmeval", "inspect": "qeval.imports.inspect_log"},
+                     base="qeval.imports.base:Importer")

@@ -50,6 +50,11 @@ class ImportedTask:
     planned: tuple[str, ...] = ()  # the metrics the task declares, whether or not any record has a score for them
     file: str = ""  # the file its identity was read from, named when a comparison is refused
     records_file: str = ""  # the file its records were read from (each record's extra["at"] is a line of it)
+    # items the evaluator ran but gave no score (an errored sample): item id -> why, counted as unpaired
+    dropped: dict[str, str] = field(default_factory=dict)
+    # metrics with partial-credit values (inspect's P), each with the first place: compared only where a declaration
+    # says the metric is continuous
+    partial: dict[str, str] = field(default_factory=dict)
 
     @property
     def identity_hash(self) -> str:

@@ -17,6 +17,7 @@ from ..hashing import key_hash
 from ..imports import IMPORTERS
 from ..imports.base import Imported, ImportedTask
 from ..imports.checks import SHOWN, check_comparable, check_declared, check_items
+from ..imports.declarations import Declaration, check_partial, refuse_undeclared, resolve, undeclared_gated
 from ..progress import PlainReporter, Reporter
 from ..record.measurements import ImportedFile, ImportedSource, ImportedTaskFacts
 from ..record.metrics import MetricSpec
@@ -89,15 +90,29 @@ def check_policy(cfg: CampaignConfig, config_file: str = "") -> None:
                           "rules (no `sequential:`)", file=config_file, where="gates")
 
 
-def import_all(cfg: CampaignConfig) -> tuple[list[ImportedVariant], Plan]:
-    """Every variant read and checked against the baseline, task by task; the plan of the baseline's tasks, each a
-    part under a key of its format and identity."""
+def declarations(cfg: CampaignConfig, config_file: str = "") -> list[Declaration]:
+    """The comparison file's `metrics:` section."""
+    where = config_file or "the comparison file"
+    return [Declaration(match=d.match, binary=d.type == "binary", higher_is_better=d.higher_is_better,
+                        source=f"metrics[{i}] in {where}") for i, d in enumerate(cfg.metrics)]
+
+
+def _dropped(task: ImportedTask) -> dict[str, str]:
+    return dict(list(task.dropped.items())[:SHOWN])
+
+
+def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[ImportedVariant], Plan]:
+    """Every variant read and checked against the baseline, task by task; each metric's declaration resolved (a
+    gated one undeclared is refused); the plan of the baseline's tasks, each a part under a key of its format and
+    identity."""
     base_data = read_variant(cfg.baseline)
     tasks = _chosen(cfg, base_data)
     fmt = base_data.source.format
     declared: dict[str, dict[str, MetricSpec]] = {t.suite: dict(t.declared) for t in tasks}
     out = []
-    base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash) for t in tasks}
+    base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash,
+                                             dropped={"baseline": _dropped(t)} if t.dropped else {}) for t in tasks}
+    cands: dict[str, list[ImportedTask]] = {t.suite: [t] for t in tasks}
     for spec in cfg.variants:
         data = read_variant(spec)
         if data.source.format != fmt:
@@ -114,13 +129,26 @@ def import_all(cfg: CampaignConfig) -> tuple[list[ImportedVariant], Plan]:
             advisory = check_comparable(t, cand, spec.name)
             declared[t.suite] = check_declared(t, cand, spec.name) | declared[t.suite]
             items = check_items(t, cand, spec.name)
+            cands[t.suite].append(cand)
             unpaired = {k: list(v[:SHOWN]) for k, v in (("baseline", items.unpaired_base),
                                                         ("variant", items.unpaired_cand)) if v}
             facts[t.suite] = ImportedTaskFacts(
                 identity_hash=cand.identity_hash, advisory=advisory, unpaired=unpaired,
-                unpaired_reason="the item is in one run's results only (another limit or sample set)" if unpaired
-                else None)
+                unpaired_reason="the item is in one run's results only (another limit or sample set, or the "
+                "evaluator gave it no score: see dropped)" if unpaired else None,
+                dropped={k: _dropped(x) for k, x in (("baseline", t), ("variant", cand)) if x.dropped})
         out.append(ImportedVariant(spec, "variant", data, variant_key(data), facts))
+    user = declarations(cfg, config_file)
+    policy = cfg.gates
+    assert isinstance(policy, GatePolicy), "a policy file is read when the campaign is loaded"
+    missing = []
+    for t in tasks:
+        scored = sorted({m for x in cands[t.suite] for r in x.records for m in r.scores})
+        declared[t.suite] = resolve(t.suite, scored, declared[t.suite], user, config_file)
+        for x in cands[t.suite]:
+            check_partial(x, declared[t.suite])
+        missing += undeclared_gated(policy, t, declared[t.suite], _primary(t))
+    refuse_undeclared(missing, config_file)
     parts = tuple(Part(suite=t.suite, key=part_key(fmt, t), metrics=declared[t.suite], primary=_primary(t),
                        planned=t.planned) for t in tasks)
     base = ImportedVariant(cfg.baseline, "baseline", base_data, variant_key(base_data), base_facts)
@@ -157,7 +185,7 @@ def compare(cfg: CampaignConfig, settings: Settings | None = None, *, config_fil
     settings = settings or Settings.from_env()
     log = (reporter or PlainReporter()).log
     check_policy(cfg, config_file)
-    variants, p = import_all(cfg)
+    variants, p = import_all(cfg, config_file)
     run_dir = cfg.output_dir / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
     record_path = run_dir / "run.json"

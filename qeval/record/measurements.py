@@ -272,6 +272,8 @@ class ImportedTaskFacts(RecordModel):
     advisory: dict[str, list[Any]] = {}  # key -> [the baseline's value, this variant's]
     unpaired: dict[str, list[str]] = {}  # "baseline" / "variant" -> the first item ids only that side has
     unpaired_reason: str | None = None
+    # items the evaluator ran but gave no score (an errored sample): "baseline" / "variant" -> item id -> why
+    dropped: dict[str, dict[str, str]] = {}
 
 
 class ImportedSource(RecordModel):

@@ -52,7 +52,9 @@ shared item to be asked the same way (its prompt and document hashes).
 - {{ v.name }}, {{ suite }}: {{ k }} is {{ short(pair[1]) }}, the baseline's {{ short(pair[0]) }} (shown, not refused)
 {% endfor %}{% if t.unpaired -%}
 - {{ v.name }}, {{ suite }}: unpaired items ({{ t.unpaired_reason }}): {% for side, ids in t.unpaired.items() %}{{ side }} only: {{ ids | join(", ") }}{{ "; " if not loop.last }}{% endfor %}
-{% endif %}{% endfor %}{% endfor %}
+{% endif %}{% for side, items in t.dropped.items() %}{% for item, why in items.items() -%}
+- {{ v.name }}, {{ suite }}: {{ side }}'s item {{ item }} has no score: {{ why }}
+{% endfor %}{% endfor %}{% endfor %}{% endfor %}
 {% endif %}
 **{{ rec.text() }}**
 
