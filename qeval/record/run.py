@@ -135,7 +135,6 @@ class VariantResult(Measured, Named):
     suites: list[SuiteSummary] = []
     distribution: dict[str, Distribution | BaselineDistribution] = {}  # per logprobs suite: perplexity, KL, top-1
     flips: dict[str, SuiteFlips] = {}  # per suite: the items whose 0/1 result changed (qeval/verdict/flips.py)
-    strata: dict[str, Strata] = {}  # per suite that has them: its figures per stratum (a long corpus: per depth)
     probe: Probe | None = None  # latency sweep: steps, saturation, the largest load within SLOs
     probe_requests: str | None = None  # the per-request table (Parquet)
     grid: Grid | None = None  # batch size x concurrency: rows, concurrencies, cells, the best cell under the SLOs
@@ -145,6 +144,7 @@ class VariantResult(Measured, Named):
     # the performance rules that do not gate it, by what it changes (PerfRule.applies_to): rule -> why
     perf_not_applicable: dict[str, str] = {}
     imported: ImportedSource | None = None  # method `results`: the files another evaluator wrote, read not served
+    strata: dict[str, Strata] = {}  # per suite that has them: its figures per stratum (a long corpus: per depth)
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":
