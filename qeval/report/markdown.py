@@ -189,6 +189,7 @@ the table. A bucket too few documents or tokens reach is not judged (its gate is
 {% endfor -%}
 {% endfor -%}
 {% endfor %}
+{{ look.figure("depth") }}
 {% endif %}
 {% if probed %}
 ## Performance

@@ -122,6 +122,7 @@ def test_a_campaign_compares_each_depth_bucket_and_records_the_strata(tmp_path):
     assert all(c["kl"] > 0.05 and c["delta"] > 0 and c["insufficient"] is None for c in cells)
     report = Path(res.report_path).read_text()
     assert "KL by depth" in report and "200-300" in report
+    assert 'id="figure-depth"' in (res.run_dir / "report.html").read_text()
 
 
 def test_a_bucket_too_few_documents_reach_is_inconclusive_never_pass(tmp_path):
