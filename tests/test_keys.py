@@ -26,6 +26,7 @@ from qeval.settings import Runtime, Settings
 from qeval.suites.custom import load_suite
 from qeval.suites.lmeval_tasks import resolve_tasks
 from qeval.suites.logprobs import load_logprobs_suite
+from qeval.suites.logprobs_long import resolve_long
 from tests.conftest import campaign_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +121,7 @@ def _keys(tmp_path: Path) -> dict[str, str]:
         "custom suite": load_suite(ROOT / "suites/custom/capitals.yaml").key,
         "lm_eval suite": resolve_tasks(LmEvalSuiteRef(kind="lm_eval", tasks=["hellaswag"]), tmp_path)[0].key,
         "logprobs suite": load_logprobs_suite(LogprobsSuiteRef(kind="logprobs")).key,
+        "long logprobs suite": resolve_long(LogprobsSuiteRef(kind="logprobs", corpus="pydoc", document_tokens=1024)).key,
         "checkpoint": llmc.cache_key(base, gptq),
         "fake checkpoint": fake.cache_key(base, gptq),
         "probe": str(camp.plan_of(cfg.baseline).probe_path(vkey)),
@@ -142,6 +144,8 @@ NOT_KEYS = {
     ("qeval/suites/custom.py", "one"),  # a record's prompt hash
     ("qeval/suites/lmeval_preflight.py", "_marker"),  # the worker's text, in the marker's key
     ("qeval/suites/logprobs.py", "chunk_record"),  # a record's prompt and document hashes
+    ("qeval/suites/logprobs_long.py", "document_record"),  # a record's prompt and document hashes
+    ("qeval/suites/corpora.py", "key"),  # a document's text digest, which a key_hash takes with the others
 }
 KEY_MODULES = ("qeval/pipeline", "qeval/quantize", "qeval/record/store.py", "qeval/probe", "qeval/suites",
                "qeval/config.py")

@@ -73,12 +73,60 @@ class EchoLogprobs:
 ECHO_LOGPROBS = EchoLogprobs()
 
 
+class TokenizeRoute(Protocol):
+    """How an engine turns text into its own token ids, and takes those ids back as a prompt: what a suite
+    needs to cut a document at an exact length in tokens, the same for every variant of one tokenizer."""
+
+    def request(self, endpoint: Asked, text: str) -> tuple[str, dict[str, Any]]:
+        """(url, JSON body) of the one POST that tokenizes `text`; a url without a scheme is under the
+        server's root (not its /v1)."""
+        ...
+
+    def parse(self, body: Any) -> "Tokenized":
+        """The response -> its ids and the server's context length. Raises KeyError / ValueError on a
+        malformed answer."""
+        ...
+
+    def prompt(self, ids: list[int]) -> Any:
+        """The `prompt` of a /v1/completions request that sends these ids."""
+        ...
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    ids: tuple[int, ...]
+    max_model_len: int | None  # the server's context length, where it says it
+
+
+@dataclass(frozen=True)
+class VllmTokenize:
+    """vLLM's `POST /tokenize` -> {count, max_model_len, tokens}; its completions take a list of ids as the prompt.
+    No special tokens are added: a document's ids are its text's alone, on every variant alike."""
+
+    def request(self, endpoint: Asked, text: str) -> tuple[str, dict[str, Any]]:
+        return "/tokenize", {"model": endpoint.model, "prompt": text, "add_special_tokens": False}
+
+    def parse(self, body: Any) -> Tokenized:
+        ids = tuple(int(t) for t in body["tokens"])
+        n = body.get("max_model_len")
+        return Tokenized(ids=ids, max_model_len=int(n) if n is not None else None)
+
+    def prompt(self, ids: list[int]) -> Any:
+        return list(ids)
+
+
+VLLM_TOKENIZE = VllmTokenize()
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """One engine's declaration; an Endpoint carries its engine's."""
 
     prompt_logprobs: PromptLogprobsRoute | None = ECHO_LOGPROBS  # None: it serves none (suites needing them are refused)
     token_prompts: bool = True  # /v1/completions takes a list of token ids as the prompt (else text only)
+    # its route from text to its own token ids and back into a prompt (None: it has none; suites that cut
+    # documents at a length in tokens are refused)
+    tokenize: TokenizeRoute | None = VLLM_TOKENIZE
     # the name tables its /metrics follows; None: not known (a server someone else runs): any known one
     metrics: tuple[MetricNames, ...] | None = ()
     memory: tuple[str, ...] = ()  # the EngineMemory fields its memory() fills; the others stay None

@@ -106,7 +106,8 @@ class FakeEngine(VllmEngine):
     kind = "fake"
     Spec = FakeSpec
     test_double = True  # a stand-in for qeval's own tests: `qeval doctor` shows it apart from what a user serves
-    # echo prompt logprobs with alternatives, text prompts only (no tokenizer), vLLM's /metrics names
+    # echo prompt logprobs with alternatives, vLLM's /metrics names; no tokenizer a client could load (so no
+    # lm-eval), but its /tokenize gives out ids that its completions take back
     capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=False, metrics=(METRICS,),
                                 memory=("rss_bytes",))
     health_poll_s = 0.02
@@ -147,7 +148,7 @@ class FakeEngine(VllmEngine):
 
     def server_config(self) -> dict:
         """What the server process gets: the spec, with the faults only on the starts that play them."""
-        cfg = self.fake.model_dump(mode="json")
+        cfg = {**self.fake.model_dump(mode="json"), "max_model_len": self.spec.max_model_len}
         if self.starts not in self.fake.fault_starts:
             cfg.update(dies_after=None, hangs_after=None)
         return cfg

@@ -3,7 +3,8 @@
 Started by engines/fake.py as `python fake_server.py --config JSON` (by path, standard library only,
 so it is up in tens of milliseconds). Routes: /health, /version, /metrics (vLLM's names), /v1/models,
 /v1/completions (echo + logprobs with max_tokens 0 for prompt logprobs, top-k alternatives, streaming)
-and /v1/chat/completions (streaming too). Every answer is a function of the config's `model`, the
+/v1/chat/completions (streaming too) and /tokenize (vLLM's shape: a token's id is a hash of its text, and
+/v1/completions takes back the ids this server gave out). Every answer is a function of the config's `model`, the
 prompt and the request's settings. Faults, when the config has them: `dies_after` k (the process exits
 once k generation requests are answered), `hangs_after` k (it SIGSTOPs itself then: /health goes silent
 too), `start_delay_s` (it sleeps before it listens).
@@ -42,6 +43,11 @@ def _unit(*parts: Any) -> float:
 
 def tokens_of(text: str) -> list[str]:
     return TOKEN.findall(text)
+
+
+def token_id(tok: str) -> int:
+    """A token's id: a function of its text alone, so every fake server gives one text the same ids."""
+    return _hash("id", tok) % 2**31
 
 
 def prompt_key(messages: list[dict[str, Any]]) -> str:
@@ -224,13 +230,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))  # read whole: the connection is kept
-        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+        if self.path not in ("/v1/completions", "/v1/chat/completions", "/tokenize"):
             return self._send(404, {"object": "error", "message": f"no route {self.path}"})
         try:
             req = json.loads(raw)
         except ValueError as e:
             return self._send(400, {"object": "error", "message": f"not JSON: {e}"})
         s = self.server
+        if self.path == "/tokenize":
+            return self._send(200, s.tokenize(str(req.get("prompt") or "")))
         s.faults.arrive()
         with s.stats.lock:
             s.stats.running += 1
@@ -250,8 +258,11 @@ class Handler(BaseHTTPRequestHandler):
             text = req.get("prompt")
             if isinstance(text, list) and len(text) == 1 and isinstance(text[0], str):
                 text = text[0]
-            if not isinstance(text, str):  # token ids: the fake has no tokenizer (Capabilities.token_prompts)
-                return self._send(400, {"object": "error", "message": "the fake engine takes text prompts only"})
+            if isinstance(text, list) and all(isinstance(t, int) for t in text):
+                text = s.detokenize(text)  # ids it gave out on /tokenize; None: ids no tokenizer of its made
+            if not isinstance(text, str):
+                return self._send(400, {"object": "error", "message": "the fake engine takes text prompts, or the "
+                                                                      "ids its /tokenize gave out"})
         max_tokens = int(req.get("max_tokens") if req.get("max_tokens") is not None else 16)
         stop = req.get("stop") or []
         toks, finish = ([], "length") if max_tokens == 0 else s.model.answer(
@@ -331,7 +342,22 @@ class FakeServer(ThreadingHTTPServer):
         self.token_delay_s = float(cfg.get("token_delay_s", 0.0))
         self.cold_requests, self.cold_factor = int(cfg.get("cold_requests", 0)), float(cfg.get("cold_factor", 1.0))
         self.generations = itertools.count(1)  # next() is atomic under the GIL: one number per request
+        self.max_model_len = int(cfg.get("max_model_len") or 2048)
+        self.vocab: dict[int, str] = {}  # the ids /tokenize gave out, to read a token-id prompt back
+        self.vocab_lock = threading.Lock()
         super().__init__((host, port), Handler)
+
+    def tokenize(self, text: str) -> dict[str, Any]:
+        toks = tokens_of(text)
+        ids = [token_id(t) for t in toks]
+        with self.vocab_lock:
+            self.vocab.update(zip(ids, toks))
+        return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
+
+    def detokenize(self, ids: list[int]) -> str | None:
+        with self.vocab_lock:
+            toks = [self.vocab.get(i) for i in ids]
+        return None if any(t is None for t in toks) else "".join(toks)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> None:

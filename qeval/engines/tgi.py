@@ -59,7 +59,7 @@ class TgiEngine(ExternalEngine):
     label = "TGI"
     Spec = TgiSpec
     # its /v1/completions takes text only; qeval starts no TGI server (method external)
-    capabilities = Capabilities(prompt_logprobs=GenerateLogprobs(), token_prompts=False, metrics=(METRICS,),
+    capabilities = Capabilities(prompt_logprobs=GenerateLogprobs(), token_prompts=False, tokenize=None, metrics=(METRICS,),
                                 starts_server=False)
 
     def _version(self) -> str:

@@ -38,7 +38,7 @@ class TrtllmEngine(VllmEngine):
     kind = "trtllm"
     Spec = TrtllmSpec  # type: ignore[assignment]
     # no prompt logprobs; /metrics is JSON (no Prometheus names); memory: RSS and NVML
-    capabilities = Capabilities(prompt_logprobs=None, token_prompts=True, metrics=(),
+    capabilities = Capabilities(prompt_logprobs=None, token_prompts=True, tokenize=None, metrics=(),
                                 memory=("rss_bytes", "gpu_bytes"))
 
     label = "TensorRT-LLM"

@@ -64,6 +64,7 @@ def judged(record: RunRecord, j: Judgement) -> RunRecord:
         changed = j.changes.get(r.name) if r.role == "variant" else None
         return r.model_copy(update={"suites": suites, "flips": {**r.flips, **j.flips.get(r.name, {})},
                                     "distribution": {**r.distribution, **j.distributions.get(r.name, {})},
+                                    "strata": {**r.strata, **j.strata.get(r.name, {})},
                                     "changes": list(changed.changes) if changed else r.changes,
                                     "serving_diff": list(changed.serving_diff) if changed else r.serving_diff,
                                     "perf_not_applicable": dict(j.perf_not_applicable.get(r.name, {}))})

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from ..config import CampaignConfig
 from ..record.run import Comparison, GateResult, GateVerdict, NoiseFloor, RunRecord, SuiteSummary, VariantResult
-from ..record.measurements import BaselineDistribution, Distribution, FlipRow, Probe, SuiteFlips
+from ..record.measurements import BaselineDistribution, Distribution, FlipRow, Probe, Strata, SuiteFlips
 from ..record.store import Record, ResultsStore
 from ..verdict.policy import GatePolicy
 from .changes import Changes, Served, changes
@@ -59,7 +59,9 @@ def judge_view(policy: GatePolicy, seed: int, name: str, part: "Part", view: "Vi
                     planned_ids=looks.ids if looks else (), planned_groups=looks.groups if looks else (),
                     base_means=looks.base_means if looks else {}, compared=view.metrics,
                     gated=view.primary is not None and looks is not None)
-    return list(j.comparisons), j.keyed, j.look
+    comparisons = [c.model_copy(update={"insufficient": view.insufficient[c.metric]})
+                   if c.metric in view.insufficient else c for c in j.comparisons]
+    return comparisons, j.keyed, j.look
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Judgement:
     # per variant: what it changes against the baseline, and the performance rules that therefore do not gate it
     changes: Mapping[str, Changes] = field(default_factory=dict)
     perf_not_applicable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    strata: Mapping[str, Mapping[str, Strata]] = field(default_factory=dict)  # variant -> suite -> per depth
 
 
 @dataclass
@@ -92,6 +95,7 @@ class _Found:
     flips: dict[str, dict[str, SuiteFlips]] = field(default_factory=dict)
     distributions: dict[str, dict[str, Distribution | BaselineDistribution]] = field(default_factory=dict)
     flipped: dict[tuple[str, str], list[FlipRow]] = field(default_factory=dict)
+    strata: dict[str, dict[str, Strata]] = field(default_factory=dict)
 
 
 def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dict[str, str], p: Plan) -> Judgement:
@@ -148,7 +152,7 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
                      inconclusive=cfg.gates.inconclusive, gates=tuple(gates), verdicts=verdicts,
                      verdict=overall_verdict(verdicts), flips=found.flips, distributions=found.distributions,
                      planned=planned, flipped=found.flipped, changes=changed,
-                     perf_not_applicable={n: x for n, x in not_applicable.items() if x})
+                     perf_not_applicable={n: x for n, x in not_applicable.items() if x}, strata=found.strata)
 
 
 def variant_changes(cfg: CampaignConfig, record: RunRecord) -> dict[str, Changes]:
@@ -210,6 +214,8 @@ def _part(cfg: CampaignConfig, p: Plan, name: str, part: "Part", base: list[Reco
         sequential.update(seq)
     if res is not None and pairing.flips is not None:
         found.flips.setdefault(res.name, {})[part.suite], found.flipped[(name, part.suite)] = pairing.flips
+    if res is not None and pairing.strata is not None:
+        found.strata.setdefault(res.name, {})[part.suite] = pairing.strata
     if res is not None and pairing.distribution is not None:
         found.distributions.setdefault(res.name, {})[part.suite] = pairing.distribution[0]
         if base_res is not None:

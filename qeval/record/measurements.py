@@ -210,6 +210,31 @@ class BaselineDistribution(RecordModel):
     chunks: int
 
 
+class Stratum(RecordModel):
+    """One depth bucket of a long-document logprobs suite: token positions [lo, hi) of every document that
+    reaches them. `base` and `variant` are the mean per-token NLL of each side there; `kl` and `top1` the
+    variant's mean KL against the baseline and its top-1 agreement; `delta` the variant's NLL less the
+    baseline's (positive: worse)."""
+
+    lo: int
+    hi: int
+    documents: int
+    tokens: int
+    base: Figure
+    variant: Figure
+    delta: Figure
+    kl: Figure
+    top1: Figure | None = None  # None: a side lists no alternatives
+    insufficient: str | None = None  # why its gate cannot judge it (too few documents or tokens)
+
+
+class Strata(RecordModel):
+    """A suite's figures per stratum: for a long-document logprobs suite, per depth bucket (axis `depth`)."""
+
+    axis: str = "depth"
+    cells: list[Stratum] = []
+
+
 class FlipRow(RecordModel):
     """One item whose result changed (or, for a logprobs suite, one of the chunks with the largest KL)."""
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict
 
 from ..errors import ConfigError
-from .measurements import (BaselineDistribution, Distribution, FloorFigure, FloorNote, Grid, ImportedSource, Probe,
+from .measurements import (BaselineDistribution, Distribution, Strata, FloorFigure, FloorNote, Grid, ImportedSource, Probe,
                            SuiteFlips)
 from .measurements import RecordModel as _Model
 
@@ -44,7 +44,7 @@ GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED", "
 GateFinding = Literal["shown_within", "shown_worse", "shown_better", "not_shown_within", "shown_not_better",
                       "not_shown_better", "underpowered", "underpowered_within", "futile", "undecided",
                       "exact_test_not_confirmed", "refused_heavy_tail", "undirected", "missing", "not_run",
-                      "ratio_met", "ratio_missed", "not_measured", "simulated"]
+                      "ratio_met", "ratio_missed", "not_measured", "simulated", "insufficient_data"]
 
 
 class SuiteSummary(_Model):
@@ -144,6 +144,7 @@ class VariantResult(Measured, Named):
     # the performance rules that do not gate it, by what it changes (PerfRule.applies_to): rule -> why
     perf_not_applicable: dict[str, str] = {}
     imported: ImportedSource | None = None  # method `results`: the files another evaluator wrote, read not served
+    strata: dict[str, Strata] = {}  # per suite that has them: its figures per stratum (a long corpus: per depth)
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":
@@ -226,6 +227,8 @@ class Comparison(_Model):
     skew: float | None = None  # continuous, interval auto: the sample skew of the differences, positive better
     # interval auto: why no interval keeps alpha on these differences (a heavy tail); the gate cannot PASS
     interval_refused: str | None = None
+    # why its data are too few to judge (a depth bucket few documents reach): its gate is INCONCLUSIVE
+    insufficient: str | None = None
 
 
 class NoiseFloor(_Model):

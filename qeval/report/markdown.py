@@ -174,6 +174,25 @@ Delta-p: the change in the probability of the baseline's most likely token.
 {% endfor -%}
 {% endfor %}
 {% endif %}
+{% if strata %}
+## KL by depth
+
+Long documents scored token by token, each depth bucket (token positions lo to hi) compared on its own:
+the variant's mean KL against the baseline and its top-1 agreement there, and the NLL of each side (delta:
+the variant's less the baseline's, positive worse). Damage that grows with depth shows as KL rising down
+the table. A bucket too few documents or tokens reach is not judged (its gate is INCONCLUSIVE).
+
+| variant | suite | depth (tokens) | documents | tokens | KL mean | top-1 agreement | NLL baseline | NLL variant | delta NLL | note |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{% for v in r.variants -%}
+{% for suite, st in v.strata.items() -%}
+{% for c in st.cells -%}
+| {{ v.name }} | {{ suite }} | {{ c.lo }}-{{ c.hi }} | {{ c.documents }} | {{ c.tokens }} | {{ f(c.kl) }} | {{ f(c.top1) }} | {{ f(c.base) }} | {{ f(c.variant) }} | {{ s(c.delta) }} | {{ c.insufficient or "" }} |
+{% endfor -%}
+{% endfor -%}
+{% endfor %}
+{{ look.figure("depth") }}
+{% endif %}
 {% if probed %}
 ## Performance
 
@@ -474,7 +493,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
-        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(v.strata for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))

@@ -92,6 +92,31 @@ def latency(r: RunRecord) -> bytes | None:
     return _png(fig)
 
 
+def depth(r: RunRecord) -> bytes | None:
+    """KL against the baseline by depth: per long-document suite, each variant's mean KL in each depth bucket
+    (at the bucket's middle token, log scale), an open marker where the bucket is too thin to judge."""
+    suites = sorted({s for v in r.variants for s in v.strata})
+    if not suites:
+        return None
+    fig, axes = plt.subplots(1, len(suites), figsize=(5.5 * len(suites), 3.8), squeeze=False)
+    for ax, suite in zip(axes[0], suites):
+        shown = [v for v in r.variants if suite in v.strata and v.strata[suite].cells]
+        for k, v in enumerate(shown):
+            cells = v.strata[suite].cells
+            xs, ys = [(c.lo + c.hi) / 2 for c in cells], [c.kl if c.kl is not None else float("nan") for c in cells]
+            ax.plot(xs, ys, color="black", ls=STYLES[k % len(STYLES)], lw=1, marker=POINTS[k % len(POINTS)], ms=6,
+                    label=v.name)
+            for x, y, c in zip(xs, ys, cells):
+                if c.insufficient:  # drawn open over the filled one
+                    ax.plot([x], [y], marker=POINTS[k % len(POINTS)], color="black", markerfacecolor="white", ms=6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("token position (bucket middle)")
+        ax.set_ylabel("mean KL against the baseline (nats)")
+        ax.set_title(f"{suite}: KL by depth (open: too few data)", fontsize=10)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def grid_heatmap(v) -> bytes | None:
     """A variant's batch size x concurrency grid: output tokens/s per (engine setting, concurrency), each
     cell annotated with its value; the best cell under the SLOs boxed, cells missing an SLO or with

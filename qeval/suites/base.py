@@ -21,7 +21,7 @@ from ..record.store import Record
 if TYPE_CHECKING:
     from ..engines import Endpoint
     from ..engines.capacity import Capacity
-    from ..record.measurements import BaselineDistribution, Distribution, FlipRow, SuiteFlips
+    from ..record.measurements import BaselineDistribution, Distribution, FlipRow, Strata, SuiteFlips
     from ..settings import Settings
     from ..verdict.pairing import Paired
 
@@ -43,6 +43,8 @@ class Part:
     # what it asks of an engine: prompt logprobs (scored from the logprobs of given text), token-id prompts
     needs_prompt_logprobs: bool = False
     needs_token_prompts: bool = False
+    # the engine's tokenize route: its own token ids of a text, taken back as a prompt (a length exact in tokens)
+    needs_tokenize: bool = False
 
     @property
     def gate_metric(self) -> str | None:
@@ -68,6 +70,9 @@ class View:
     primary: str | None  # the comparison marked primary (None: none of this view's)
     metrics: tuple[str, ...] | None = None  # compared, in this order (None: every paired metric, sorted)
     looks: Looks | None = None  # None: no gate of this view looks while its suite runs
+    # metric -> why its data are too few to judge (a depth bucket few documents reach): its gate is
+    # INCONCLUSIVE whatever its interval says, never PASS
+    insufficient: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -83,6 +88,7 @@ class Pairing:
     views: tuple[View, ...]
     flips: "tuple[SuiteFlips, list[FlipRow]] | None" = None
     distribution: "tuple[Distribution, BaselineDistribution] | None" = None
+    strata: "Strata | None" = None  # the figures per stratum (depth bucket) where the suite has them
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_che
 from .spec import LogprobsSuiteRef
 
 if TYPE_CHECKING:
+    from .logprobs_long import LongLogprobsSuite
     from ..stats.distribution import PositionStats
 
 
@@ -151,8 +152,13 @@ def _suite_prompts(ref: LogprobsSuiteRef) -> list[str]:
     return [i.prompt if i.prompt is not None else "\n".join(m.content for m in i.messages) for i in suite.items]
 
 
-def resolve(ref: LogprobsSuiteRef, settings, policy, config_file: str = "") -> LogprobsSuite:
-    """A campaign's `kind: logprobs` entry."""
+def resolve(ref: LogprobsSuiteRef, settings, policy, config_file: str = "") -> "LogprobsSuite | LongLogprobsSuite":
+    """A campaign's `kind: logprobs` entry: chunks of a corpus, or (with `document_tokens`) long documents
+    compared by depth."""
+    if ref.document_tokens is not None:
+        from .logprobs_long import resolve_long
+
+        return resolve_long(ref, config_file)
     return load_logprobs_suite(ref, config_file)
 
 

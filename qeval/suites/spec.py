@@ -156,26 +156,49 @@ class LmEvalSuiteRef(SuiteRef):
 
 @SUITES.register("logprobs")
 class LogprobsSuiteRef(SuiteRef):
-    """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline."""
+    """Prompt log-probabilities of a text corpus: perplexity, and KL / top-1 agreement against the baseline.
+    With `document_tokens`, long documents cut at that many tokens, compared by depth (suites/logprobs_long.py)."""
 
     RESOLVER: ClassVar[str] = "qeval.suites.logprobs:resolve"
     kind: Literal["logprobs"]
     name: Name = "corpus"
     # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":
-    # a custom suite's own prompts, one chunk each (how the variant sees the inputs it is graded on)
+    # a custom suite's own prompts, one chunk each (how the variant sees the inputs it is graded on). With
+    # `document_tokens` also "stdlib" (the standard library's modules), "docstrings" (their docstrings) or a
+    # folder (a document per file): suites/corpora.py
     corpus: str = "pydoc"
     chunks: int = Field(32, gt=1)
     chunk_chars: int = Field(1200, ge=100)
     top_k: int = Field(10, gt=0, le=20)  # vLLM serves at most --max-logprobs (20 by default)
     concurrency: Concurrency = 4  # chunks in flight: each a whole prompt scored at once
     max_concurrency: MaxConcurrency = 256  # the most `auto` sends
+    # quality by position: documents of exactly this many tokens (auto: the served context length less one,
+    # set by the plan), compared per depth bucket of token positions [lo, hi)
+    document_tokens: int | Literal["auto"] | None = None
+    documents: int = Field(48, ge=2)
+    buckets: Literal["auto"] | list[Annotated[int, Field(gt=0)]] = "auto"  # auto: 1k, 2k, 4k, ... (doubling)
+    min_bucket_documents: int = Field(8, ge=2)  # fewer documents reach a bucket: INCONCLUSIVE, never PASS
+    min_bucket_tokens: int = Field(2000, ge=1)  # fewer tokens compared in a bucket: likewise
+
+    @model_validator(mode="after")
+    def _long(self) -> "LogprobsSuiteRef":
+        if isinstance(self.document_tokens, int) and self.document_tokens < 2:
+            raise ValueError("document_tokens must be at least 2 (or auto)")
+        if self.document_tokens is None and self.corpus in ("stdlib", "docstrings"):
+            raise ValueError(f"corpus {self.corpus} is a source of long documents: give document_tokens")
+        if isinstance(self.buckets, list) and self.buckets != sorted(set(self.buckets)):
+            raise ValueError(f"buckets: {self.buckets} must rise")
+        return self
 
     def located(self, base: Path) -> "LogprobsSuiteRef":
-        if self.corpus == "pydoc":
+        if self.corpus in ("pydoc", "stdlib", "docstrings"):
             return self
         prefix = "suite:" if self.corpus.startswith("suite:") else ""
         return self.model_copy(update={"corpus": prefix + str(_located(Path(self.corpus.removeprefix(prefix)), base))})
 
     def check_files(self, config_file: str) -> None:
-        if self.corpus != "pydoc" and not Path(self.corpus.removeprefix("suite:")).is_file():
+        if self.corpus in ("pydoc", "stdlib", "docstrings"):
+            return
+        path = Path(self.corpus.removeprefix("suite:"))
+        if not (path.is_file() or (self.document_tokens is not None and path.is_dir())):
             raise ConfigError(f"corpus {self.corpus} does not exist", file=config_file, where="suites: logprobs")

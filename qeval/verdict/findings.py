@@ -35,6 +35,7 @@ WORDS: dict[str, str] = {
     "ratio_missed": "ratio misses its bound",
     "not_measured": "not measured",
     "simulated": "simulated: not this scheme's figures",
+    "insufficient_data": "too few data to judge",
 }
 
 # verdicts that say all there is: a PASS is within (or better than) the margin, a NOT_RUN gate has no data

@@ -66,6 +66,8 @@ def _gate(c: Comparison, rule: GateRule, policy: GatePolicy) -> GateResult:
     d = decide(rule.mode, low, high, margin, mde=c.mde)
     verdict: GateVerdict = d.verdict
     reason, p_exact, finding = d.reason, None, d.finding
+    if c.insufficient:  # too few data: no interval is read, whatever it says
+        verdict, reason, finding = "INCONCLUSIVE", c.insufficient, "insufficient_data"
     if c.interval_refused and not high < (margin if rule.mode == "superiority" else -margin):
         # no interval keeps alpha on these differences: only a clear FAIL stands (a loss tail the sample
         # missed pulls the bounds up, so an upper bound that still falls short errs on the safe side)
@@ -111,7 +113,8 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
         rule = rule_for(policy, c.suite, c.metric)
         if rule is not None:
             seq = sequential.get((c.variant, c.suite, c.metric))
-            results.append(_gate(c, rule, policy) if seq is None else _sequential_gate(c, rule, seq))
+            # too few data: no look decides it either
+            results.append(_gate(c, rule, policy) if seq is None or c.insufficient else _sequential_gate(c, rule, seq))
     for v, suites in not_run.items():  # never passed, never failed: the variant had failed already
         for suite, (metric, why) in suites.items():
             rule = rule_for(policy, suite, metric)

@@ -181,6 +181,20 @@ def test_token_id_prompts_are_refused_as_its_capabilities_say(serve, http):
     assert r.status_code == 400
 
 
+def test_its_tokenize_route_gives_ids_its_completions_take_back(serve, http):
+    """vLLM's /tokenize shape at the server's root; a prompt of those ids is the text's prompt."""
+    text = "The river runs north of the city"
+    with serve() as ep:
+        root = ep.base_url.removesuffix("/v1")
+        tok = http.post(root + "/tokenize", json={"model": ep.model, "prompt": text}).json()
+        assert tok["count"] == len(tok["tokens"]) == 7 and tok["max_model_len"] == 2048
+        asked = [http.post(ep.base_url + "/completions", json={"model": ep.model, "prompt": p, "max_tokens": 0,
+                                                               "echo": True, "logprobs": 3}).json()
+                 for p in (tok["tokens"][:4], " ".join(text.split()[:4]))]
+    assert asked[0]["choices"][0]["logprobs"] == asked[1]["choices"][0]["logprobs"]
+    assert asked[0]["choices"][0]["logprobs"]["tokens"] == ["The", " river", " runs", " north"]
+
+
 def test_dies_after_k_requests_on_the_starts_it_is_told(serve, http):
     engine = serve("d", FakeEngineSpec(dies_after=3))
     body = {"model": "d", "prompt": "hello", "max_tokens": 2}
