@@ -1,0 +1,88 @@
+"""lm-eval kept in one process across a sequential gate's batches: each batch's records are the ones a fresh
+`lm_eval` process with the same `--samples` writes (doc ids, prompts with their few-shot examples, scores), a
+failing call is an EngineError naming the log, and closing leaves nothing running. Real lm-eval in the engine's
+environment, with its `dummy` model (whose scores are drawn from Python's seeded `random`, so they match only
+where the seeds are set again at every call): no server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from qeval.engines import Endpoint
+from qeval.engines.process import pid_alive
+from qeval.errors import EngineError
+from qeval.settings import Settings
+from qeval.suites.lmeval import _env, lmeval_argv, parse_samples
+from qeval.suites.lmeval_session import Call, LmEvalSession
+from qeval.suites.lmeval_tasks import materialize_tasks
+from qeval.suites.spec import LmEvalSuiteRef
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ["oe_addition", "oe_arc_easy_mc"]  # a generate task with 3 few-shot examples, a multiple-choice one
+BATCHES = [{"oe_addition": [7, 3, 40], "oe_arc_easy_mc": [5, 1]}, {"oe_addition": [11, 2], "oe_arc_easy_mc": [9]}]
+
+
+def _records(out: Path, task: str) -> list[tuple]:
+    [f] = out.rglob(f"samples_{task}_*.jsonl")
+    return sorted((r.item_id, r.prompt_hash, r.doc_hash, tuple(sorted(r.scores.items()))) for r in parse_samples(f))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    s = Settings.from_env()
+    if not s.vllm.exists():  # a failure, not a skip: `make setup` builds it
+        pytest.fail(f"the engine's environment is not built ({s.vllm.location}); run `make setup`")
+    tmp = tmp_path_factory.mktemp("session")
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=TASKS, include_path=ROOT / "suites" / "lmeval", limit=60)
+    include = materialize_tasks(ref, s.data, tmp)
+    ep = Endpoint(base_url="http://127.0.0.1:9/v1", model="m", tokenizer=Path("unused"), engine="vllm")
+    argv = lmeval_argv(s.vllm.python, ref, ep, TASKS, include, tmp / "o", tmp / "c")
+    # lm-eval's own arguments, the model swapped for its dummy (no server, no tokenizer)
+    args = argv[3:]
+    args[args.index("--model") + 1], args[args.index("--model_args") + 1] = "dummy", ""
+    args = [a for i, a in enumerate(args) if a != "--limit" and args[i - 1] != "--limit"]
+    return s, tmp, args, _env(s.vllm, tmp, ep)
+
+
+def test_a_kept_session_answers_each_batch_as_a_fresh_lm_eval_process(setup):
+    s, tmp, args, env = setup
+    fresh = []
+    for k, samples in enumerate(BATCHES):
+        out = tmp / f"fresh-{k}"
+        subprocess.run([str(s.vllm.python), "-m", "lm_eval", *args, "--output_path", str(out), "--use_cache",
+                        str(tmp / f"fresh-cache-{k}"), "--samples", json.dumps({t: sorted(v) for t, v in samples.items()})],
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        fresh.append({t: _records(out, t) for t in TASKS})
+    with LmEvalSession(s.vllm.python, args, env, tmp / "session.log", "m") as session:
+        for k, samples in enumerate(BATCHES):
+            out = tmp / f"kept-{k}"
+            session.evaluate(Call(tasks=tuple(TASKS), out=out, cache=tmp / f"kept-cache-{k}", samples=samples))
+            kept = {t: _records(out, t) for t in TASKS}
+            assert kept == fresh[k], k
+            assert [r[0] for r in kept["oe_addition"]] == sorted(str(i) for i in samples["oe_addition"])
+        pid = session.proc.pid
+        # a batch of one task only: the other is not evaluated again
+        session.evaluate(Call(tasks=("oe_arc_easy_mc",), out=tmp / "one", cache=tmp / "one-cache",
+                              samples={"oe_arc_easy_mc": [2]}))
+        assert not list((tmp / "one").rglob("samples_oe_addition_*.jsonl"))
+        assert [r[0] for r in _records(tmp / "one", "oe_arc_easy_mc")] == ["2"]
+        assert session.proc.pid == pid  # one process answered every call
+    assert not pid_alive(pid)
+
+
+def test_a_failing_call_names_the_log_and_the_session_ends(setup):
+    s, tmp, args, env = setup
+    session = LmEvalSession(s.vllm.python, args, env, tmp / "bad.log", "m")
+    try:
+        with pytest.raises(EngineError, match="lm-eval failed: .*bad.log") as e:
+            session.evaluate(Call(tasks=("no_such_task",), out=tmp / "bad", cache=tmp / "bad-cache",
+                                  samples={"no_such_task": [0]}))
+        assert e.value.log_tail
+        pid = session.proc.pid
+    finally:
+        session.close()
+    assert not pid_alive(pid)
