@@ -23,7 +23,6 @@ from typing import Callable, Mapping, Sequence
 import yaml
 
 from ..engines import Endpoint
-from ..engines.process import INTERRUPT_GRACE_S
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..imports.base import BadResults
 from ..imports.lmeval import read_samples
@@ -31,7 +30,7 @@ from ..settings import Runtime, Settings
 from ..record.store import Record
 from .base import Checked, InFlight, ItemSuite, Part, SuiteRun, requests_in_flight
 from .lmeval_preflight import DataRun, start_check
-from .lmeval_session import Call, LmEvalSession
+from .lmeval_session import STOP_WAIT_S, Call, LmEvalSession
 from .lmeval_tasks import (LOGLIKELIHOOD, NEXT_TOKEN, NEXT_TOKEN_METRIC, LmEvalTask, materialize_tasks,
                            resolve_tasks)
 from .spec import LmEvalSuiteRef
@@ -123,7 +122,7 @@ class LmEvalSessions:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(grace_s=INTERRUPT_GRACE_S if exc is not None else 10.0)
+        self.close(grace_s=0.0 if exc is not None else STOP_WAIT_S)  # unwinding: no wait for a call to end
 
     def of(self, scoring: str, tasks: list[str]) -> LmEvalSession:
         if scoring not in self.open:
@@ -139,7 +138,7 @@ class LmEvalSessions:
                 next_token_top_k=self.ref.next_token_top_k if scoring == NEXT_TOKEN else None)
         return self.open[scoring]
 
-    def close(self, grace_s: float = 10.0) -> None:
+    def close(self, grace_s: float = STOP_WAIT_S) -> None:
         for s in self.open.values():
             s.close(grace_s=grace_s)
         self.open.clear()

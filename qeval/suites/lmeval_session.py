@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..errors import EngineError
 
 SESSION_WORKER = Path(__file__).resolve().parent.parent / "workers" / "lmeval_session.py"
 POLL_S = 0.5  # how often a wait on the worker looks whether it is still alive
+STOP_WAIT_S = 10.0  # an idle worker asked to stop exits at once; after this long its group is ended
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class LmEvalSession:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(grace_s=INTERRUPT_GRACE_S if exc is not None else 10.0)
+        self.close(grace_s=0.0 if exc is not None else STOP_WAIT_S)  # unwinding: no wait for a call to end
 
     @property
     def started(self) -> bool:
@@ -123,8 +125,8 @@ class LmEvalSession:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
 
-    def close(self, grace_s: float = 10.0) -> None:
-        """Ask it to stop, then end its process group whatever it did."""
+    def close(self, grace_s: float = STOP_WAIT_S) -> None:
+        """Ask it to stop, wait up to `grace_s` for it to exit, then end its process group whatever it did."""
         if self.channel is not None:
             try:
                 self.channel.sendall(b'{"stop": true}\n')
@@ -134,12 +136,13 @@ class LmEvalSession:
             self.channel = None
         if self.proc is not None:
             proc, self.proc = self.proc, None
-            if proc.proc is not None:
-                try:
+            try:
+                if proc.proc is not None:  # None: its start failed, and ended what it started
                     proc.proc.wait(timeout=grace_s)
-                except Exception:  # noqa: BLE001 - it is ended below whatever went wrong
-                    pass
-            proc.terminate(grace_s=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:  # also when an interrupt lands while waiting: its group is ended
+                proc.terminate(grace_s=INTERRUPT_GRACE_S)
 
     def _check_alive(self, when: str) -> None:
         if self.proc is not None and not self.proc.alive():
