@@ -1,8 +1,10 @@
 """lm-eval tasks against the variant's endpoint (`local-completions`), run in the engine venv.
 
-lm-eval's per-sample log (`--log_samples`) becomes one record per doc, keyed by doc_id with its
-doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every answered request in
-SQLite, so a task killed half-way resumes where it stopped; the pipeline gives it one folder per checkpoint.
+lm-eval runs in one process per variant, suite and scoring, kept across a sequential gate's batches
+(lmeval_session.py: lm-eval imported and its tasks built once, each batch a call). lm-eval's per-sample log
+(`--log_samples`) becomes one record per doc, keyed by doc_id with its doc_hash and prompt_hash, so variants pair
+exactly. `--use_cache` keeps every answered request in SQLite, so a task killed half-way resumes where it stopped;
+the pipeline gives it one folder per checkpoint.
 What a task is (its file, data and key) lives in lmeval_tasks.py; the check of its data before any engine
 starts in lmeval_preflight.py.
 
