@@ -7,7 +7,9 @@ where the seeds are set again at every call): no server."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,14 @@ def test_a_kept_session_answers_each_batch_as_a_fresh_lm_eval_process(setup):
         assert e.value.log_tail
         assert session.proc.pid == pid  # one process answered every call
     assert not pid_alive(pid)  # closing ended it
+
+
+def test_a_worker_that_dies_before_it_connects_is_an_engine_error_with_its_log(tmp_path):
+    # this interpreter has no lm-eval: the worker dies at its import, before it connects back
+    session = LmEvalSession(Path(sys.executable), ["--model", "dummy", "--tasks", "t"], {**os.environ},
+                            tmp_path / "dead.log", "m", connect_timeout_s=60)
+    with pytest.raises(EngineError, match=r"lm-eval exited with code 1 while it built its tasks .*dead.log") as e:
+        session.evaluate(Call(tasks=("t",), out=tmp_path / "o", cache=tmp_path / "c"))
+    assert "lm_eval" in e.value.log_tail
+    session.close()
+    assert session.proc is None
