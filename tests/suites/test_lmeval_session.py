@@ -88,3 +88,36 @@ def test_a_worker_that_dies_before_it_connects_is_an_engine_error_with_its_log(t
     assert "lm_eval" in e.value.log_tail
     session.close()
     assert session.proc is None
+
+
+def test_the_next_token_scoring_keeps_its_client_and_writes_each_calls_flags(tmp_path):
+    """Two batches of the next-token scoring through one kept process, against a loopback completions server:
+    one request per question, no echo, each call's flags file its own, the records `acc_next_token`."""
+    from qeval.suites.lmeval import LmEvalSessions, resolve, run_lmeval
+    from qeval.verdict.policy import GatePolicy
+    from tests.loopback import Loopback
+    from tests.suites.test_next_token import _completion
+
+    s = Settings.from_env()
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["oe_arc_easy_mc"], include_path=ROOT / "suites" / "lmeval",
+                         scoring=["next_token"], next_token_top_k=5, limit=10)
+    [task] = resolve(ref, s, GatePolicy()).tasks
+    got: dict[str, dict] = {}
+    with (server := Loopback({"POST /v1/completions": _completion})) as root:
+        ep = Endpoint(base_url=f"{root}/v1", model="m", tokenizer=s.models / "smollm2-135m-instruct", engine="vllm")
+        with LmEvalSessions(ref, ep, s.vllm, s.data, tmp_path, tmp_path / "lmeval.log") as sessions:
+            for k, docs in enumerate(([4, 0], [7])):
+                run_lmeval(ref, [task], ep, s.vllm, s.data, tmp_path / f"batch-{k + 1}",
+                           lambda t, recs: got.update({r.item_id: r for r in recs}), tmp_path / "unused.log",
+                           samples={task.suite: docs}, sessions=sessions)
+            [session] = sessions.open.values()
+            pid = session.proc.pid
+    assert not pid_alive(pid)
+    assert sorted(got) == ["0", "4", "7"]
+    assert all(r.scores == {"acc_next_token": 0.0} or r.scores == {"acc_next_token": 1.0} for r in got.values())
+    assert {r.extra["scoring"] for r in got.values()} == {"next_token"}
+    for k, n in ((1, 2), (2, 1)):  # each call's questions flagged in its own file
+        assert len((tmp_path / f"batch-{k}" / "lmeval-cache-next_token.flags.jsonl").read_text().splitlines()) == n
+    assert not (tmp_path / "unused.log").exists()
+    bodies = [json.loads(b) for _, b in server.seen]  # one prompt per question, none echoed
+    assert sum(len(b["prompt"]) for b in bodies) == 3 and not any(b.get("echo") for b in bodies)
