@@ -1,8 +1,10 @@
 """lm-eval tasks against the variant's endpoint (`local-completions`), run in the engine venv.
 
-lm-eval's per-sample log (`--log_samples`) becomes one record per doc, keyed by doc_id with its
-doc_hash and prompt_hash, so variants pair exactly. `--use_cache` keeps every answered request in
-SQLite, so a task killed half-way resumes where it stopped; the pipeline gives it one folder per checkpoint.
+lm-eval runs in one process per variant, suite and scoring, kept across a sequential gate's batches
+(lmeval_session.py: lm-eval imported and its tasks built once, each batch a call). lm-eval's per-sample log
+(`--log_samples`) becomes one record per doc, keyed by doc_id with its doc_hash and prompt_hash, so variants pair
+exactly. `--use_cache` keeps every answered request in SQLite, so a task killed half-way resumes where it stopped;
+the pipeline gives it one folder per checkpoint.
 What a task is (its file, data and key) lives in lmeval_tasks.py; the check of its data before any engine
 starts in lmeval_preflight.py.
 
@@ -23,7 +25,6 @@ from typing import Callable, Mapping, Sequence
 import yaml
 
 from ..engines import Endpoint
-from ..engines.process import ServerProcess
 from ..errors import ConfigError, EngineError, MissingEnvError
 from ..imports.base import BadResults
 from ..imports.lmeval import read_samples
@@ -31,6 +32,7 @@ from ..settings import Runtime, Settings
 from ..record.store import Record
 from .base import Checked, InFlight, ItemSuite, Part, SuiteRun, requests_in_flight
 from .lmeval_preflight import DataRun, start_check
+from .lmeval_session import STOP_WAIT_S, Call, LmEvalSession
 from .lmeval_tasks import (LOGLIKELIHOOD, NEXT_TOKEN, NEXT_TOKEN_METRIC, LmEvalTask, materialize_tasks,
                            resolve_tasks)
 from .spec import LmEvalSuiteRef
@@ -105,45 +107,86 @@ def read_flags(path: Path) -> dict[str, dict]:
     return out
 
 
+class LmEvalSessions:
+    """The kept lm-eval processes of one variant's suite, one per scoring (each its own model client), each started
+    at its first call and kept until `close`: lm-eval is imported and its tasks built once, however many batches
+    a sequential gate asks for (lmeval_session.py)."""
+
+    def __init__(self, ref: LmEvalSuiteRef, endpoint: Endpoint, runtime: Runtime, data_dir: Path, work: Path,
+                 log_path: Path):
+        if not runtime.exists():
+            raise MissingEnvError("the lm-eval environment", runtime.location)
+        self.ref, self.endpoint, self.runtime, self.work, self.log_path = ref, endpoint, runtime, work, log_path
+        self.include = materialize_tasks(ref, data_dir, work)
+        self.open: dict[str, LmEvalSession] = {}
+
+    def __enter__(self) -> "LmEvalSessions":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(grace_s=0.0 if exc is not None else STOP_WAIT_S)  # unwinding: no wait for a call to end
+
+    def of(self, scoring: str, tasks: list[str]) -> LmEvalSession:
+        if scoring not in self.open:
+            suffix = _suffix(scoring)
+            work = self.work
+            args = lmeval_argv(self.runtime.python, self.ref, self.endpoint, tasks, self.include,
+                               work / f"lmeval-out{suffix}", work / f"lmeval-cache{suffix}")[3:]
+            if scoring == NEXT_TOKEN:
+                args[args.index("--model") + 1] = "qeval-next-token"
+            log = self.log_path.with_name(f"{self.log_path.stem}{suffix}{self.log_path.suffix}")
+            self.open[scoring] = LmEvalSession(
+                self.runtime.python, args, _env(self.runtime, self.work, self.endpoint), log, self.endpoint.model,
+                next_token_top_k=self.ref.next_token_top_k if scoring == NEXT_TOKEN else None)
+        return self.open[scoring]
+
+    def close(self, grace_s: float = STOP_WAIT_S) -> None:
+        for s in self.open.values():
+            s.close(grace_s=grace_s)
+        self.open.clear()
+
+
+def _suffix(scoring: str) -> str:
+    # lm-eval's request cache answers a request by its text alone: each scoring keeps its own
+    return "" if scoring == LOGLIKELIHOOD else f"-{scoring}"
+
+
 def run_lmeval(ref: LmEvalSuiteRef, tasks: list[LmEvalTask], endpoint: Endpoint, runtime: Runtime, data_dir: Path,
                work: Path, sink: Callable[[LmEvalTask, list[Record]], None], log_path: Path,
-               samples: dict[str, list[int]] | None = None) -> None:
-    """Run the given tasks in one lm-eval process per scoring, then hand each task's records to `sink`.
-    `samples`: per task's part name (LmEvalTask.suite), the doc indices to evaluate (instead of the suite's limit)."""
-    if not runtime.exists():
-        raise MissingEnvError("the lm-eval environment", runtime.location)
-    include = materialize_tasks(ref, data_dir, work)
+               samples: dict[str, list[int]] | None = None, sessions: LmEvalSessions | None = None) -> None:
+    """Run the given tasks, one lm-eval call per scoring, then hand each task's records to `sink`. `samples`: per
+    task's part name (LmEvalTask.suite), the doc indices to evaluate (instead of the suite's limit). `work` holds
+    the call's output and request cache; `sessions`: the kept lm-eval processes to ask (None: started for this
+    call alone, logging to `log_path`, and ended with it)."""
+    if sessions is None:
+        with LmEvalSessions(ref, endpoint, runtime, data_dir, work, log_path) as own:
+            return run_lmeval(ref, tasks, endpoint, runtime, data_dir, work, sink, log_path, samples, own)
     for scoring in dict.fromkeys(t.scoring for t in tasks):
         these = [t for t in tasks if t.scoring == scoring]
-        # lm-eval's request cache answers a request by its text alone: each scoring keeps its own
-        suffix = "" if scoring == LOGLIKELIHOOD else f"-{scoring}"
+        suffix = _suffix(scoring)
         out, cache = work / f"lmeval-out{suffix}", work / f"lmeval-cache{suffix}"
         flags = work / f"lmeval-cache{suffix}.flags.jsonl" if scoring == NEXT_TOKEN else None
-        log = log_path.with_name(f"{log_path.stem}{suffix}{log_path.suffix}")
-        argv = lmeval_argv(runtime.python, ref, endpoint, [t.name for t in these], include, out, cache,
-                           None if samples is None else {t.name: samples[t.suite] for t in these if t.suite in samples},
-                           next_token=None if flags is None else (flags, ref.next_token_top_k))
-        _run_process(argv, runtime, work, endpoint, log)
+        session = sessions.of(scoring, [t.name for t in these])
+        session.evaluate(Call(tasks=tuple(t.name for t in these), out=out, cache=cache, flags=flags,
+                              samples=None if samples is None else
+                              {t.name: samples[t.suite] for t in these if t.suite in samples},
+                              limit=ref.limit if samples is None else None))
         read = read_flags(flags) if flags is not None else None
         for t in these:
             files = sorted(out.rglob(f"samples_{t.name}_*.jsonl"), key=lambda p: p.stat().st_mtime)
             if not files:
-                raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {log})", variant=endpoint.model)
+                raise EngineError(f"lm-eval wrote no samples for task {t.name} (log: {session.log_path})",
+                                  variant=endpoint.model)
             sink(t, parse_samples(files[-1], read))
 
 
-def _run_process(argv: list[str], runtime: Runtime, work: Path, endpoint: Endpoint, log_path: Path) -> None:
+def _env(runtime: Runtime, work: Path, endpoint: Endpoint) -> dict[str, str]:
     env = runtime.env(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                       OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"))
     env.pop("OPENAI_API_KEY", None)
     if endpoint.api_key:  # local-completions reads its key from here; it never reaches argv or a log
         env["OPENAI_API_KEY"] = endpoint.api_key
-    # its own process group, dying with qeval: Ctrl-C or a kill of qeval leaves no lm-eval running
-    proc = ServerProcess(argv, env, log_path)
-    rc = proc.run()
-    if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise EngineError(f"lm-eval exited with code {rc} (log: {log_path})", variant=endpoint.model, log_tail=tail)
+    return env
 
 
 def _lmeval_primary(include: Path | None, task: str) -> str:
@@ -208,7 +251,7 @@ def task_cuts(seed: int, key: str, pauses: tuple[int, ...], n: int) -> list[list
 @dataclass(frozen=True)
 class LmEvalSuite(ItemSuite):
     """An `lm_eval` entry: its tasks, each a part per scoring, run together in one lm-eval process per scoring
-    (a task that sequential gates read: in the batches its looks cut, one process per batch)."""
+    (a task that sequential gates read: in the batches its looks cut, one call of that process per batch)."""
 
     ref: LmEvalSuiteRef
     tasks: tuple[LmEvalTask, ...]
@@ -258,9 +301,10 @@ class LmEvalSuite(ItemSuite):
             dataclasses.replace(t, n_docs=n_docs.get(t.unbatched_key)) if t.looks else t for t in self.tasks))
 
     def run(self, run: SuiteRun) -> None:
-        """The tasks the store lacks, in one lm-eval process per scoring; a task that sequential gates read in its
-        batches (lm-eval's --samples, the same calls for the baseline and every variant, so that few-shot prompts
-        match), one process per batch, until its gates are decided."""
+        """The tasks the store lacks, in one lm-eval process per scoring kept for the whole run; a task that
+        sequential gates read in its batches (lm-eval's --samples, the same calls for the baseline and every
+        variant, so that few-shot prompts match), one call of that process per batch, until its gates are
+        decided."""
         parts = {t.suite: self._part(t) for t in self.tasks}
         todo = [t for t in self.tasks if not run.is_complete(parts[t.suite]) and not run.skip(parts[t.suite])]
         if not todo:
@@ -288,29 +332,32 @@ class LmEvalSuite(ItemSuite):
         # lm-eval's request cache answers a request it has seen whatever now serves it: one folder per checkpoint
         # (run.work is the variant key's), so a variant re-made under its name is asked again, a resumed one not
         runtime, data, v = run.settings.vllm, run.settings.data, run.variant
-        plain = [t for t in todo if cuts[t.suite] is None]
-        if plain:
-            with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in plain)}"):
-                run_lmeval(ref, plain, run.endpoint, runtime, data, run.work, task_sink, run.logs / f"lmeval-{v}.log")
-            for t in plain:
-                run.finished(parts[t.suite])
-        going = [t for t in todo if cuts[t.suite] is not None]
-        for k in range(max((len(cuts[t.suite]) for t in going), default=0)):
-            if run.stopping():
-                going = [t for t in going if not run.skip(parts[t.suite])]
-            samples = {t.suite: sorted(i for i in cuts[t.suite][k] if str(i) not in used[t.suite])
-                       for t in going if k < len(cuts[t.suite])}
-            batch = [t for t in going if samples.get(t.suite)]
-            if batch:
-                with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in batch)} (batch {k + 1})"):
-                    run_lmeval(ref, batch, run.endpoint, runtime, data, run.work / f"batch-{k + 1}", task_sink,
-                               run.logs / f"lmeval-{v}-batch-{k + 1}.log",
-                               samples={t.suite: samples[t.suite] for t in batch})
-            for t in [t for t in going if k < len(cuts[t.suite])]:
-                if k == len(cuts[t.suite]) - 1 or run.look(parts[t.suite]):
-                    run.complete(parts[t.suite], len(used[t.suite]))
+        with LmEvalSessions(ref, run.endpoint, runtime, data, run.work, run.logs / f"lmeval-{v}.log") as sessions:
+            plain = [t for t in todo if cuts[t.suite] is None]
+            if plain:
+                with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in plain)}"):
+                    run_lmeval(ref, plain, run.endpoint, runtime, data, run.work, task_sink, sessions.log_path,
+                               sessions=sessions)
+                for t in plain:
                     run.finished(parts[t.suite])
-                    going.remove(t)
+            going = [t for t in todo if cuts[t.suite] is not None]
+            for k in range(max((len(cuts[t.suite]) for t in going), default=0)):
+                if run.stopping():
+                    going = [t for t in going if not run.skip(parts[t.suite])]
+                samples = {t.suite: sorted(i for i in cuts[t.suite][k] if str(i) not in used[t.suite])
+                           for t in going if k < len(cuts[t.suite])}
+                batch = [t for t in going if samples.get(t.suite)]
+                if batch:
+                    # the kept lm-eval of this suite answers the batch; its output and request cache are the batch's
+                    with run.step(f"[{v}] lm-eval {', '.join(_shown(t) for t in batch)} (batch {k + 1})"):
+                        run_lmeval(ref, batch, run.endpoint, runtime, data, run.work / f"batch-{k + 1}", task_sink,
+                                   sessions.log_path, samples={t.suite: samples[t.suite] for t in batch},
+                                   sessions=sessions)
+                for t in [t for t in going if k < len(cuts[t.suite])]:
+                    if k == len(cuts[t.suite]) - 1 or run.look(parts[t.suite]):
+                        run.complete(parts[t.suite], len(used[t.suite]))
+                        run.finished(parts[t.suite])
+                        going.remove(t)
 
 
 class _Preflight:

@@ -141,6 +141,8 @@ def register(flags_path: str, top_k: int) -> None:
 
     @register_model("qeval-next-token")
     class NextTokenCompletions(LocalCompletionsAPI):
+        flags_file = flags_path  # a kept session (lmeval_session.py) sets each call's on the instance
+
         def _loglikelihood_tokens(self, requests, **kwargs):
             groups = group_by_context(requests)
             fast = [g for g in groups if g.single_token]
@@ -165,7 +167,7 @@ def register(flags_path: str, top_k: int) -> None:
                     results[i] = r
                 flags += [{"prompt_hash": prompt_hash(g.text), "scoring": "loglikelihood", "outside_top_k": 0}
                           for g in groups if not g.single_token and g.text is not None]
-            with open(flags_path, "a", encoding="utf-8") as f:
+            with open(self.flags_file, "a", encoding="utf-8") as f:
                 f.writelines(json.dumps(x) + "\n" for x in flags)
             return results
 

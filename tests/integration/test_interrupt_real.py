@@ -53,7 +53,7 @@ STAGES = [
      signal.SIGINT, "vllm.entrypoints"),
     ("custom suite", "[bf16] custom/arithmetic", lambda cli, db: count_records(db, "bf16") >= 3, signal.SIGTERM,
      "vllm.entrypoints"),
-    ("lm-eval", "[bf16] lm-eval", lambda cli, db: _has(cli.pid, "lm_eval"), signal.SIGINT, "lm_eval"),
+    ("lm-eval", "[bf16] lm-eval", lambda cli, db: _has(cli.pid, "lmeval_session"), signal.SIGINT, "lmeval_session"),
     ("probe", "[bf16] latency probe", lambda cli, db: True, signal.SIGTERM, "vllm.entrypoints"),
     ("quantization", "[w4] quantizing", lambda cli, db: _has(cli.pid, "quantize_"), signal.SIGINT, "quantize_"),
     ("MLflow logging", "MLflow server up at", lambda cli, db: True, signal.SIGTERM, "mlflow"),
