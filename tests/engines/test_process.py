@@ -116,7 +116,14 @@ def test_a_group_whose_starter_is_killed_is_ended_by_its_guardian(spawn, tmp_pat
         assert starter.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
     server, core = (psutil.Process(int(p)) for p in pids_file.read_text().split())
-    [guardian] = [c for c in psutil.Process(starter.pid).children() if "guardian.py" in " ".join(c.cmdline())]
+
+    def guardians() -> list[psutil.Process]:
+        return [c for c in psutil.Process(starter.pid).children() if "guardian.py" in " ".join(c.cmdline())]
+
+    while not guardians():  # started beside the server: on a busy machine it may be a moment behind its pids
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [guardian] = guardians()
     assert os.getpgid(guardian.pid) != os.getpgid(server.pid)  # not in the group it ends
     starter.kill()
     starter.wait()
