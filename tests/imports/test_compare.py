@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from qeval.config import load_config
-from qeval.errors import EXIT_USAGE, ConfigError
-from qeval.pipeline.imported import compare
+from qeval.errors import ConfigError
 from qeval.record.run import RunRecord
+
+from .comparisons import compare_file, comparison_file, refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "imports" / "lmeval"
@@ -34,27 +35,10 @@ def _one(folder: Path, pattern: str) -> Path:
 
 
 def _file(tmp_path: Path, base: Path, cand: Path, gates: dict = GATES, **extra) -> Path:
-    doc = {"name": "cmp", "output_dir": str(tmp_path / "runs"),
-           "baseline": {"name": "bf16", "method": "results", "results": {"format": "lm_eval", "path": str(base)}},
-           "variants": [{"name": "int8", "method": "results", "results": {"format": "lm_eval", "path": str(cand)}}],
-           "gates": gates, "mlflow": {"enabled": False}, **extra}
-    path = tmp_path / "cmp.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return comparison_file(tmp_path, "lm_eval", ("bf16", "int8"), base, cand, gates, **extra)
 
 
-def _compare(path: Path):
-    return compare(load_config(path), config_file=str(path))
-
-
-def _refused(path: Path, *needles: str) -> ConfigError:
-    with pytest.raises(ConfigError) as e:
-        _compare(path)
-    assert e.value.exit_code == EXIT_USAGE
-    for n in needles:
-        assert n in str(e.value), str(e.value)
-    assert not (path.parent / "runs" / "cmp" / "run.json").exists()  # refused before anything is recorded
-    return e.value
+_compare, _refused = compare_file, refused
 
 
 def test_the_command_line_reaches_the_campaigns_verdict_from_lm_evals_files(tmp_path):

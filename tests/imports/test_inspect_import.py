@@ -16,12 +16,10 @@ import yaml
 
 pytest.importorskip("inspect_ai", reason="inspect-ai (the dev extra) writes the logs these tests read")
 
-from qeval.config import load_config  # noqa: E402
-from qeval.errors import EXIT_USAGE, ConfigError  # noqa: E402
 from qeval.imports.inspect_log import InspectImporter, doc_hash, prompt_hash  # noqa: E402
-from qeval.pipeline.imported import compare  # noqa: E402
 from qeval.record.run import RunRecord  # noqa: E402
 
+from .comparisons import compare_file, comparison_file, refused  # noqa: E402
 from .inspect_logs import BASE_RIGHT, CAND_RIGHT, N  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -43,27 +41,14 @@ def _records(path: Path) -> dict:
 
 
 def _file(tmp_path: Path, base: Path, cand: Path, gates: dict = GATES, **extra) -> Path:
-    doc = {"name": "cmp", "output_dir": str(tmp_path / "runs"),
-           "baseline": {"name": "a", "method": "results", "results": {"format": "inspect", "path": str(base)}},
-           "variants": [{"name": "b", "method": "results", "results": {"format": "inspect", "path": str(cand)}}],
-           "gates": gates, "mlflow": {"enabled": False}, **extra}
-    path = tmp_path / "cmp.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return comparison_file(tmp_path, "inspect", ("a", "b"), base, cand, gates, **extra)
 
 
 def _compare(path: Path) -> RunRecord:
-    return compare(load_config(path), config_file=str(path)).record
+    return compare_file(path).record
 
 
-def _refused(path: Path, *needles: str) -> ConfigError:
-    with pytest.raises(ConfigError) as e:
-        _compare(path)
-    assert e.value.exit_code == EXIT_USAGE
-    for n in needles:
-        assert n in str(e.value), str(e.value)
-    assert not (path.parent / "runs" / "cmp" / "run.json").exists()
-    return e.value
+_refused = refused
 
 
 def _edited(logs: Path, tmp_path: Path, name: str, edit) -> Path:
