@@ -11,7 +11,6 @@ at each position and say so (`alternatives: False`).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,13 @@ import httpx
 import numpy as np
 
 from ..engines import Endpoint
-from ..engines.base import tls_verify
 from ..engines.capabilities import PromptLogprobsRoute
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError
 from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..record.store import Record
+from .prompt_logprobs import fetch_logprobs, gather_bounded
 from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
 from .spec import LogprobsSuiteRef
 
@@ -184,28 +183,13 @@ def _route(endpoint: Endpoint) -> PromptLogprobsRoute:
     return route
 
 
-async def _prompt_logprobs(client: httpx.AsyncClient, endpoint: Endpoint, text: str, k: int) -> dict:
-    """{"tokens", "token_logprobs", "top_logprobs"} of the text as the prompt, by the engine's own route."""
-    route = _route(endpoint)
-    url, payload = route.request(endpoint, text, k)
-    r = await client.post(url, json=payload)
-    r.raise_for_status()
-    return route.parse(r.json())
-
-
 async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int,
                  retry_backoff_s: float) -> Record:
-    last: Exception | None = None
-    for _ in range(retries + 1):
-        try:
-            lp = await _prompt_logprobs(client, endpoint, text, k)
-            break
-        except (httpx.HTTPError, KeyError, ValueError) as e:
-            last = e
-            await asyncio.sleep(retry_backoff_s)
-    else:
-        raise EngineError(f"logprobs: chunk {i} failed after {retries + 1} tries: {last}")
-    return chunk_record(i, text, k, lp, alternatives=_route(endpoint).alternatives)
+    """One chunk's record, its text as the prompt by the engine's own route."""
+    route = _route(endpoint)
+    url, payload = route.request(endpoint, text, k)
+    lp = await fetch_logprobs(client, route, url, payload, f"logprobs: chunk {i}", retries, retry_backoff_s)
+    return chunk_record(i, text, k, lp, alternatives=route.alternatives)
 
 
 def chunk_record(i: int, text: str, k: int, lp: dict, alternatives: bool = True) -> Record:
@@ -227,18 +211,11 @@ def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink:
                  concurrency: int = CONCURRENCY, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
     todo = [(i, c) for i, c in enumerate(suite.chunks) if f"{i:04d}" not in done]
 
-    async def main() -> None:
-        sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers,
-                                     verify=tls_verify(endpoint.base_url)) as client:
-            async def one(i: int, text: str) -> None:
-                async with sem:
-                    sink([await _score(client, endpoint, i, text, suite.top_k, retries, retry_backoff_s)])
+    async def one(client: httpx.AsyncClient, i: int, text: str) -> None:
+        sink([await _score(client, endpoint, i, text, suite.top_k, retries, retry_backoff_s)])
 
-            await asyncio.gather(*(one(i, c) for i, c in todo))
-
-    if todo:
-        asyncio.run(main())
+    gather_bounded(endpoint, timeout_s, concurrency,
+                   [lambda client, i=i, text=text: one(client, i, text) for i, text in todo])
     return len(todo)
 
 

@@ -28,6 +28,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..record.store import Record
 from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
+from .prompt_logprobs import fetch_logprobs, gather_bounded
 from .corpora import Document, candidates, named_key
 from .spec import LogprobsSuiteRef
 
@@ -149,32 +150,14 @@ class LongLogprobsSuite:
         assert route is not None and tok is not None  # the plan refuses an engine without them
         todo = [(i, d, ids) for i, (d, ids) in enumerate(chosen) if f"doc-{i:02d}" not in done]
 
-        async def main() -> None:
-            sem = asyncio.Semaphore(concurrency)
-            async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers,
-                                         verify=tls_verify(endpoint.base_url)) as client:
-                async def one(i: int, doc: Document, ids: list[int]) -> None:
-                    url, body = route.request(endpoint, "", self.top_k)
-                    body = {**body, "prompt": tok.prompt(ids)}  # the ids, cut at the length: exact in tokens
-                    last: Exception | None = None
-                    async with sem:
-                        for _ in range(retries + 1):
-                            try:
-                                r = await client.post(url, json=body)
-                                r.raise_for_status()
-                                lp = route.parse(r.json())
-                                break
-                            except (httpx.HTTPError, KeyError, ValueError) as e:
-                                last = e
-                                await asyncio.sleep(retry_backoff_s)
-                        else:
-                            raise EngineError(f"{self.suite}: document {i} failed after {retries + 1} tries: {last}")
-                    sink([document_record(i, doc, self.document_tokens, self.top_k, lp)])
+        async def one(client: httpx.AsyncClient, i: int, doc: Document, ids: list[int]) -> None:
+            url, body = route.request(endpoint, "", self.top_k)
+            body = {**body, "prompt": tok.prompt(ids)}  # the ids, cut at the length: exact in tokens
+            lp = await fetch_logprobs(client, route, url, body, f"{self.suite}: document {i}", retries, retry_backoff_s)
+            sink([document_record(i, doc, self.document_tokens, self.top_k, lp)])
 
-                await asyncio.gather(*(one(i, d, ids) for i, d, ids in todo))
-
-        if todo:
-            asyncio.run(main())
+        gather_bounded(endpoint, timeout_s, concurrency,
+                       [lambda client, i=i, d=d, ids=ids: one(client, i, d, ids) for i, d, ids in todo])
 
     def views(self, part: Part, base: list[Record], cand: list[Record]) -> tuple[View, ...]:
         """The documents' NLL (reported), then one view per depth bucket: per document, its KL, top-1 agreement
