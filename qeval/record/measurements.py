@@ -242,6 +242,11 @@ class Strata(RecordModel):
     axis: str = "depth"
     cells: list[Stratum] = []
 
+    def grid(self) -> tuple[list[int], list[float], dict[tuple[int, float], Stratum]]:
+        """A needle suite's cells as a grid: its lengths (rows), its depths (columns), the cell at each."""
+        at = {(c.length or 0, c.depth or 0.0): c for c in self.cells}
+        return sorted({n for n, _ in at}), sorted({d for _, d in at}), at
+
 
 class FlipRow(RecordModel):
     """One item whose result changed (or, for a logprobs suite, one of the chunks with the largest KL)."""

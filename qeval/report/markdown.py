@@ -185,13 +185,34 @@ the table. A bucket too few documents or tokens reach is not judged (its gate is
 | variant | suite | depth (tokens) | documents | tokens | KL mean | top-1 agreement | NLL baseline | NLL variant | delta NLL | note |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-{% for suite, st in v.strata.items() -%}
+{% for suite, st in v.strata.items() if st.axis == "depth" -%}
 {% for c in st.cells -%}
 | {{ v.name }} | {{ suite }} | {{ c.lo }}-{{ c.hi }} | {{ c.documents }} | {{ c.tokens }} | {{ f(c.kl) }} | {{ f(c.top1) }} | {{ f(c.base) }} | {{ f(c.variant) }} | {{ s(c.delta) }} | {{ c.insufficient or "" }} |
 {% endfor -%}
 {% endfor -%}
 {% endfor %}
 {{ look.figure("depth") }}
+{% endif %}
+{% if needles %}
+## Retrieval at length
+
+Needles (a 7-digit code under a two-word key) at several depths of haystacks of several lengths, each prompt
+exact in the engine's tokens; an item scores 1 where the answer holds the code. Per prompt length (rows) and
+depth (columns: where the needle lies in the filler, 0 its start, 1 its end), the baseline's accuracy and the
+variant's (baseline -> variant). The depths of one haystack share its filler, so the gates' statistics are
+clustered by haystack; a length whose baseline finds fewer than half its needles says little of a variant.
+
+{% for v, suite, st in needles -%}
+{% set g = st.grid() -%}
+**{{ v.name }}**, {{ suite }}:
+
+| length (tokens) |{% for d in g[1] %} depth {{ "%g" % d }} |{% endfor %} items per cell |
+| --- |{% for d in g[1] %} --- |{% endfor %} --- |
+{% for n in g[0] -%}
+| {{ num(n) }} |{% for d in g[1] %}{% set c = g[2].get((n, d)) %} {% if c %}{{ f(c.base) }} -> {{ f(c.variant) }}{% if c.delta %} ({{ s(c.delta) }}){% endif %}{% else %}-{% endif %} |{% endfor %} {{ g[2].get((n, g[1][0])).items if g[2].get((n, g[1][0])) else "-" }} |
+{% endfor %}
+{% endfor -%}
+{{ look.figure("needle") }}
 {% endif %}
 {% if probed %}
 ## Performance
@@ -493,7 +514,9 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
-        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(v.strata for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(st.axis == "depth" for v in r.variants for st in v.strata.values()),
+        needles=[(v, suite, st) for v in r.variants for suite, st in sorted(v.strata.items())
+                 if st.axis == "length x depth" and st.cells], score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))
