@@ -5,7 +5,9 @@ so it is up in tens of milliseconds). Routes: /health, /version, /metrics (vLLM'
 /v1/completions (echo + logprobs with max_tokens 0 for prompt logprobs, top-k alternatives, streaming)
 /v1/chat/completions (streaming too) and /tokenize (vLLM's shape: a token's id is a hash of its text, and
 /v1/completions takes back the ids this server gave out). Every answer is a function of the config's `model`, the
-prompt and the request's settings. Faults, when the config has them: `dies_after` k (the process exits
+prompt and the request's settings. A needle prompt (suites/needle.py) is answered with its needle's value where the
+needle lies within `needle_reach` tokens of the prompt's end (a model whose retrieval fades with distance), else
+with a near miss. Faults, when the config has them: `dies_after` k (the process exits
 once k generation requests are answered), `hangs_after` k (it SIGSTOPs itself then: /health goes silent
 too), `start_delay_s` (it sleeps before it listens).
 """

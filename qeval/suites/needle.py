@@ -29,7 +29,7 @@ from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, indicator
 from ..record.store import Record
-from .base import InFlight, ItemSuite, Looks, Pairing, Part, SuiteRun, View, requests_in_flight, run_items
+from .base import InFlight, ItemSuite, Pairing, Part, SuiteRun, View, requests_in_flight, run_items
 from .logprobs_long import tokens_label
 from .needle_items import REPEAT, Haystack, NeedleItem, assemble, layout, sentences
 from .spec import NeedleSuiteRef
