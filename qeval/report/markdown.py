@@ -203,14 +203,10 @@ variant's (baseline -> variant). The depths of one haystack share its filler, so
 clustered by haystack; a length whose baseline finds fewer than half its needles says little of a variant.
 
 {% for v, suite, st in needles -%}
-{% set g = st.grid() -%}
 **{{ v.name }}**, {{ suite }}:
 
-| length (tokens) |{% for d in g[1] %} depth {{ "%g" % d }} |{% endfor %} items per cell |
-| --- |{% for d in g[1] %} --- |{% endfor %} --- |
-{% for n in g[0] -%}
-| {{ num(n) }} |{% for d in g[1] %}{% set c = g[2].get((n, d)) %} {% if c %}{{ f(c.base) }} -> {{ f(c.variant) }}{% if c.delta %} ({{ s(c.delta) }}){% endif %}{% else %}-{% endif %} |{% endfor %} {{ g[2].get((n, g[1][0])).items if g[2].get((n, g[1][0])) else "-" }} |
-{% endfor %}
+{{ needle_table(st) }}
+
 {% endfor -%}
 {{ look.figure("needle") }}
 {% endif %}
@@ -447,6 +443,24 @@ def items_cell(g: GateResult) -> str:
     return f"{g.items_used:,} / {g.items_planned:,} ({short_method(g)})"
 
 
+def needle_table(st) -> str:
+    """A needle suite's cells as a Markdown table: a row per prompt length, a column per depth, each cell the
+    baseline's accuracy -> the variant's; a length where the baseline finds fewer than half its needles is marked
+    (the model cannot retrieve there: the variant's figures say little)."""
+    lengths, depths, at = st.grid()
+    lines = ["| length (tokens) | " + " | ".join(f"depth {d:g}" for d in depths) + " | items per cell | note |",
+             "| --- |" + " --- |" * (len(depths) + 2)]
+    for n in lengths:
+        row = [at.get((n, d)) for d in depths]
+        cells = [c for c in row if c is not None]
+        shown = ["-" if c is None else f"{_fmt(c.base, '.3f')} -> {_fmt(c.variant, '.3f')}"
+                 + (f" ({_fmt(c.delta, '+.3f')})" if c.delta else "") for c in row]
+        bases = [c.base for c in cells if c.base is not None]
+        note = "baseline finds fewer than half: not informative" if bases and sum(bases) / len(bases) < 0.5 else ""
+        lines.append(f"| {n:,} | " + " | ".join(shown) + f" | {cells[0].items if cells else '-'} | {note} |")
+    return "\n".join(lines)
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -515,7 +529,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
         r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(st.axis == "depth" for v in r.variants for st in v.strata.values()),
-        needles=[(v, suite, st) for v in r.variants for suite, st in sorted(v.strata.items())
+        needle_table=needle_table, needles=[(v, suite, st) for v in r.variants for suite, st in sorted(v.strata.items())
                  if st.axis == "length x depth" and st.cells], score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),

@@ -19,6 +19,7 @@ from qeval.pipeline import campaign
 from qeval.pipeline.plan import plan
 from qeval.progress import PlainReporter
 from qeval.record.run import RunRecord
+from qeval.report import plots
 from qeval.settings import Settings
 from qeval.suites.needle import needle_record, strata
 from qeval.suites.needle_items import assemble, layout, sentences
@@ -140,7 +141,9 @@ def test_a_campaign_finds_the_needles_a_variant_loses_at_length(tmp_path):
     comps = [c for c in rec["comparisons"] if c["suite"] == "needle/needle" and c["variant"] == "short"]
     assert {c["metric"] for c in comps} >= {"acc", "acc@128", "acc@512"}
     report = Path(res.report_path).read_text()
-    assert "Retrieval at length" in report and "| 512 | 1.000 -> 0.000 (-1.000) | 1.000 -> 0.000 (-1.000) | 1.000 -> 1.000 | 4 |" in report
+    assert "Retrieval at length" in report and "| 512 | 1.000 -> 0.000 (-1.000) | 1.000 -> 0.000 (-1.000) | 1.000 -> 1.000 | 4 |  |" in report
+    assert plots.depth(RunRecord.model_validate(rec)) is None  # KL by depth is for long documents alone
+    assert plots.needle(RunRecord.model_validate(rec)).startswith(b"\x89PNG")
     html = (res.run_dir / "report.html").read_text()
     assert 'id="figure-needle"' in html
 
@@ -155,3 +158,15 @@ def test_the_plan_refuses_lengths_beyond_the_context_and_sets_auto(tmp_path):
     assert suite.lengths == (1024, 2048) and len(suite.items) == 2 * 4 * 3
     (size,) = suite.sizes(tmp_path)
     assert size[:3] == ("needle/needle", "acc", 24) and len(set(size[3])) == 8
+
+
+def test_the_report_table_marks_a_length_the_baseline_cannot_retrieve_at():
+    from qeval.record.measurements import Strata, Stratum
+    from qeval.report.markdown import needle_table
+
+    cells = [Stratum(length=n, depth=d, items=4, needle_at=0, base=b, variant=v, delta=v - b)
+             for n, b, v in ((1024, 1.0, 0.75), (8192, 0.25, 0.0)) for d in (0.0, 1.0)]
+    table = needle_table(Strata(axis="length x depth", cells=cells)).splitlines()
+    assert table[0] == "| length (tokens) | depth 0 | depth 1 | items per cell | note |"
+    assert table[2] == "| 1,024 | 1.000 -> 0.750 (-0.250) | 1.000 -> 0.750 (-0.250) | 4 |  |"
+    assert table[3].endswith("| 4 | baseline finds fewer than half: not informative |")
