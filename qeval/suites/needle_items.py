@@ -34,7 +34,9 @@ WORDS = ("amber", "anchor", "apple", "arrow", "autumn", "badge", "basket", "beac
          "quartz", "rabbit", "raven", "ribbon", "river", "rocket", "saddle", "salmon", "silver", "socket", "spider",
          "spruce", "summit", "tablet", "temple", "thunder", "timber", "tulip", "tunnel", "velvet", "violet", "walnut",
          "willow", "window", "winter", "zephyr")
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# a sentence ends at . ! or ? before a space, or at a line's end: a code block or a list without full stops is cut
+# by lines, so that no "sentence" is so long that the boundary nearest a depth lies far from it
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ def layout(lengths: Sequence[int], depths: Sequence[float], haystacks: int, seed
 
 
 def sentences(text: str) -> list[str]:
-    """A filler text as sentences, each with the space before it (so that ids laid end to end read as text)."""
+    """A filler text as sentences (or lines), each with the space before it (so that ids laid end to end read as
+    text)."""
     out = [" " + " ".join(s.split()) for s in SENTENCE_END.split(text)]
     return [s for s in out if s.strip()]
 

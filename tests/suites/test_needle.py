@@ -83,6 +83,7 @@ def test_a_prompt_is_exactly_its_length_with_the_needle_at_a_sentence_boundary()
 
 def test_filler_sentences_keep_their_space_and_drop_blanks():
     assert sentences("One two.  Three!\n\nFour?") == [" One two.", " Three!", " Four?"]
+    assert sentences("def f(x):\n    return x\n\nDone. e.g") == [" def f(x):", " return x", " Done.", " e.g"]
 
 
 def _records(items, answers):
