@@ -233,8 +233,8 @@ class NeedleSuiteRef(SuiteRef):
     kind: Literal["needle"]
     name: Name = "needle"
     # prompt lengths in tokens, question included (auto: 1k, 2k, 4k, ... doubling while one fits the served
-    # context with its answer, set by the plan)
-    lengths: Literal["auto"] | list[Annotated[int, Field(ge=64)]] = [1024, 2048, 4096, 8192]
+    # context with its answer, set by the plan: an 8k context gets 1k to 4k, since 8k and an answer exceed it)
+    lengths: Literal["auto"] | list[Annotated[int, Field(ge=64)]] = "auto"
     depths: list[Annotated[float, Field(ge=0, le=1)]] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1)
     haystacks: int = Field(8, ge=1)  # per length: the clusters of the statistics
     # what the needle hides in: RULER's noise sentences repeated, held-out Python reference text, the standard
