@@ -171,3 +171,17 @@ def test_the_report_table_marks_a_length_the_baseline_cannot_retrieve_at():
     assert table[0] == "| length (tokens) | depth 0 | depth 1 | items per cell | note |"
     assert table[2] == "| 1,024 | 1.000 -> 0.750 (-0.250) | 1.000 -> 0.750 (-0.250) | 4 |  |"
     assert table[3].endswith("| 4 | baseline finds fewer than half: not informative |")
+
+
+def test_qeval_plan_sizes_the_needles_in_clusters_with_the_planning_icc(tmp_path):
+    from qeval.pipeline.power import plan_power
+
+    config = _campaign(tmp_path)
+    cfg = load_config(config)
+    p = plan(cfg, Settings(cache=tmp_path / "cache"), str(config))
+    (flat,) = [s for s in plan_power(cfg, p, tmp_path) if s.metric == "acc"]
+    clustered_cfg = cfg.model_copy(update={"gates": cfg.gates.model_copy(update={"rules": [
+        r.model_copy(update={"planning_icc": 0.5}) for r in cfg.gates.rules]})})
+    (grouped,) = [s for s in plan_power(clustered_cfg, p, tmp_path) if s.metric == "acc"]
+    assert flat.n == grouped.n == 24
+    assert grouped.mde_worst > flat.mde_worst  # 8 haystacks of 3 needles hold less than 24 independent items
