@@ -146,6 +146,9 @@ NOT_KEYS = {
     ("qeval/suites/logprobs.py", "chunk_record"),  # a record's prompt and document hashes
     ("qeval/suites/logprobs_long.py", "document_record"),  # a record's prompt and document hashes
     ("qeval/suites/corpora.py", "key"),  # a document's text digest, which a key_hash takes with the others
+    ("qeval/suites/needle.py", "needle_record"),  # a record's prompt and document hashes
+    ("qeval/suites/needle.py", "resolve"),  # the filler's digest, which a key_hash takes with the others
+    ("qeval/suites/needle_items.py", "seeded"),  # a haystack's random seed, no key
 }
 KEY_MODULES = ("qeval/pipeline", "qeval/quantize", "qeval/record/store.py", "qeval/probe", "qeval/suites",
                "qeval/config.py")

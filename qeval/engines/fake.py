@@ -70,6 +70,9 @@ class FakeEngineSpec(BaseModel):
     # the KV cache it says it holds once up (as vLLM's log does), for tests of suites sized from it; None: it
     # cannot say, as an external endpoint
     kv_cache_tokens: int | None = Field(None, gt=0)
+    # a needle prompt (suites/needle.py) is answered with its needle's value where the needle lies within this
+    # many tokens of the prompt's end, else with a wrong one; None: found at any distance
+    needle_reach: int | None = Field(None, ge=0)
 
 
 def read_spec(checkpoint: Path) -> FakeEngineSpec:

@@ -5,7 +5,9 @@ so it is up in tens of milliseconds). Routes: /health, /version, /metrics (vLLM'
 /v1/completions (echo + logprobs with max_tokens 0 for prompt logprobs, top-k alternatives, streaming)
 /v1/chat/completions (streaming too) and /tokenize (vLLM's shape: a token's id is a hash of its text, and
 /v1/completions takes back the ids this server gave out). Every answer is a function of the config's `model`, the
-prompt and the request's settings. Faults, when the config has them: `dies_after` k (the process exits
+prompt and the request's settings. A needle prompt (suites/needle.py) is answered with its needle's value where the
+needle lies within `needle_reach` tokens of the prompt's end (a model whose retrieval fades with distance), else
+with a near miss. Faults, when the config has them: `dies_after` k (the process exits
 once k generation requests are answered), `hangs_after` k (it SIGSTOPs itself then: /health goes silent
 too), `start_delay_s` (it sleeps before it listens).
 """
@@ -31,6 +33,8 @@ VOCAB = [" the", " of", " and", " to", " a", " in", " is", " that", " it", " for
          " was", " at", " by", " model", " token", " answer", " city", " number", " river", " north", " red"]
 TAIL_LOGIT = 1.0  # the rest of the vocabulary, as one bucket: listed probabilities sum to less than 1
 _NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?$")
+# a needle suite's question, at the prompt's end, and the needle it asks for (suites/needle_items.py)
+_QUESTION = re.compile(r"What is the special code for (.+?)\? The special code for \1 is$")
 
 
 def _hash(*parts: Any) -> int:
@@ -80,6 +84,7 @@ class Model:
         self.wrong_fraction = float(cfg.get("wrong_fraction", 0.0))
         self.server_noise = float(cfg.get("server_noise", 0.0))
         self.noise = float(cfg.get("logprob_noise", 0.0))
+        self.needle_reach = cfg.get("needle_reach")
 
     def _wrong(self, item_id: str) -> bool:
         return (item_id in self.wrong or _unit(self.name, "wrong", item_id) < self.wrong_fraction
@@ -89,7 +94,10 @@ class Model:
                stop: list[str]) -> tuple[list[str], str]:
         """(generated tokens, finish reason). A known item's reference (or a wrong answer where the config
         says so); any other prompt gets words chosen by a hash of (model, prompt, settings)."""
-        if text in self.answers and not ignore_eos:
+        found = self.needle(text) if not ignore_eos else None
+        if found is not None:
+            out = found
+        elif text in self.answers and not ignore_eos:
             item_id, ref = self.answers[text]
             if self._wrong(item_id):
                 ref = str(int(float(ref)) + 1) if _NUMBER.match(ref.strip()) else "I do not know"
@@ -106,6 +114,22 @@ class Model:
             toks += [VOCAB[_hash(self.name, text, "pad", i) % len(VOCAB)] for i in range(max_tokens - len(toks))]
         finish = "length" if len(toks) >= max_tokens else "stop"
         return toks[:max_tokens], finish
+
+    def needle(self, text: str) -> str | None:
+        """A needle prompt's answer: its needle's value where it lies within `needle_reach` tokens of the end,
+        else a wrong value; None: not a needle prompt."""
+        q = _QUESTION.search(text)
+        if q is None:
+            return None
+        lead = f"The special code for {q.group(1)} is "
+        at = text.rfind(lead, 0, q.start())
+        value = re.match(r"\d+", text[at + len(lead):]) if at >= 0 else None
+        if value is None:
+            return " 0000000."
+        reach = self.needle_reach
+        if reach is not None and len(tokens_of(text[at:])) > reach:
+            return f" {(int(value.group(0)) + 1) % 10**7:07d}."  # a near miss: found, but the digits lost
+        return f" {value.group(0)}."
 
     def _candidates(self, context: str, actual: str, k: int) -> dict[str, float]:
         """Logprobs of the actual token and k alternatives after `context`; the rest is one tail bucket.

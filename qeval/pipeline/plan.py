@@ -341,25 +341,11 @@ def _check_sequential(cfg: CampaignConfig, p: Plan, config_file: str) -> None:
                                   where=f"gates: rule {rule.match!r}: sequential.method")
 
 
-def _document_lengths(cfg: CampaignConfig, config_file: str) -> list:
-    """The suites with each long-document length checked against the served context: `document_tokens` above
-    the shortest `max_model_len` of the variants is refused; `auto` becomes that length less one (the
-    one token a completion request asks for beside its prompt)."""
+def _fitted(cfg: CampaignConfig, config_file: str) -> list:
+    """The suites sized to the served context: each entry checks its lengths against the shortest
+    `max_model_len` of the variants, and sets an `auto` length from it."""
     lens = [n for v in cfg.all_variants() if (n := getattr(engine_spec(cfg, v), "max_model_len", None))]
-    out = []
-    for i, ref in enumerate(cfg.suites):
-        n = getattr(ref, "document_tokens", None)
-        where = f"suites[{i}].document_tokens"
-        if n == "auto":
-            if not lens:
-                raise ConfigError("document_tokens: auto reads the served context length (max_model_len), which no "
-                                  "variant's engine states: give a number", file=config_file, where=where)
-            ref = ref.model_copy(update={"document_tokens": min(lens) - 1})
-        elif isinstance(n, int) and lens and n > min(lens):
-            raise ConfigError(f"document_tokens {n} exceeds the context a variant is served with (max_model_len "
-                              f"{min(lens)})", file=config_file, where=where)
-        out.append(ref)
-    return out
+    return [ref.fitted(min(lens) if lens else None, i, config_file) for i, ref in enumerate(cfg.suites)]
 
 
 def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan:
@@ -370,7 +356,7 @@ def plan(cfg: CampaignConfig, settings: Settings, config_file: str = "") -> Plan
                           f"{config_file or 'FILE'}`", file=config_file)
     _check_variants(cfg, config_file)
     _check_quantizer_inputs(cfg, settings, config_file)
-    suites = tuple(ref.resolve(settings, cfg.gates, config_file) for ref in _document_lengths(cfg, config_file))
+    suites = tuple(ref.resolve(settings, cfg.gates, config_file) for ref in _fitted(cfg, config_file))
     base = base_checkpoint(cfg, settings)
     _check_groups(cfg, base, config_file)
     p = Plan(suites=suites, base_checkpoint=base)

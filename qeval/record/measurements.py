@@ -211,28 +211,41 @@ class BaselineDistribution(RecordModel):
 
 
 class Stratum(RecordModel):
-    """One depth bucket of a long-document logprobs suite: token positions [lo, hi) of every document that
-    reaches them. `base` and `variant` are the mean per-token NLL of each side there; `kl` and `top1` the
-    variant's mean KL against the baseline and its top-1 agreement; `delta` the variant's NLL less the
-    baseline's (positive: worse)."""
+    """One stratum of a suite's items. For a long-document logprobs suite (axis `depth`), a depth bucket: token
+    positions [lo, hi) of every document that reaches them; `base` and `variant` the mean per-token NLL of each
+    side there; `kl` and `top1` the variant's mean KL against the baseline and its top-1 agreement; `delta` the
+    variant's NLL less the baseline's (positive: worse). For a needle suite (axis `length x depth`), a cell of
+    the layout: prompts of `length` tokens with the needle at `depth` of the filler (`needle_at`: its mean first
+    token), `items` of them; `base` and `variant` each side's accuracy, `delta` the variant's less the
+    baseline's (negative: worse)."""
 
-    lo: int
-    hi: int
-    documents: int
-    tokens: int
+    lo: int = 0
+    hi: int = 0
+    documents: int = 0
+    tokens: int = 0
     base: Figure
     variant: Figure
     delta: Figure
-    kl: Figure
+    kl: Figure = None
     top1: Figure | None = None  # None: a side lists no alternatives
     insufficient: str | None = None  # why its gate cannot judge it (too few documents or tokens)
+    length: int | None = None
+    depth: float | None = None
+    items: int | None = None
+    needle_at: int | None = None
 
 
 class Strata(RecordModel):
-    """A suite's figures per stratum: for a long-document logprobs suite, per depth bucket (axis `depth`)."""
+    """A suite's figures per stratum: for a long-document logprobs suite, per depth bucket (axis `depth`); for a
+    needle suite, per (length, depth) cell (axis `length x depth`)."""
 
     axis: str = "depth"
     cells: list[Stratum] = []
+
+    def grid(self) -> tuple[list[int], list[float], dict[tuple[int, float], Stratum]]:
+        """A needle suite's cells as a grid: its lengths (rows), its depths (columns), the cell at each."""
+        at = {(c.length or 0, c.depth or 0.0): c for c in self.cells}
+        return sorted({n for n, _ in at}), sorted({d for _, d in at}), at
 
 
 class FlipRow(RecordModel):

@@ -38,7 +38,8 @@ details.flips { margin: 0.3em 0 0.3em 1em; } details.flips code { white-space: p
 FIGURES = {"forest": ("Forest plot: each gate's interval and margin", plots.forest),
            "tradeoff": ("Trade-off: quality against memory and throughput", plots.tradeoff),
            "latency": ("Latency and throughput against concurrency", plots.latency),
-           "depth": ("KL against the baseline by depth in long documents", plots.depth)}
+           "depth": ("KL against the baseline by depth in long documents", plots.depth),
+           "needle": ("Retrieval at length: needle accuracy over length x depth, baseline and variant", plots.needle)}
 
 
 class HtmlLook:

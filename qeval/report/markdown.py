@@ -185,13 +185,30 @@ the table. A bucket too few documents or tokens reach is not judged (its gate is
 | variant | suite | depth (tokens) | documents | tokens | KL mean | top-1 agreement | NLL baseline | NLL variant | delta NLL | note |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {% for v in r.variants -%}
-{% for suite, st in v.strata.items() -%}
+{% for suite, st in v.strata.items() if st.axis == "depth" -%}
 {% for c in st.cells -%}
 | {{ v.name }} | {{ suite }} | {{ c.lo }}-{{ c.hi }} | {{ c.documents }} | {{ c.tokens }} | {{ f(c.kl) }} | {{ f(c.top1) }} | {{ f(c.base) }} | {{ f(c.variant) }} | {{ s(c.delta) }} | {{ c.insufficient or "" }} |
 {% endfor -%}
 {% endfor -%}
 {% endfor %}
 {{ look.figure("depth") }}
+{% endif %}
+{% if needles %}
+## Retrieval at length
+
+Needles (a 7-digit code under a two-word key) at several depths of haystacks of several lengths, each prompt
+exact in the engine's tokens; an item scores 1 where the answer holds the code. Per prompt length (rows) and
+depth (columns: where the needle lies in the filler, 0 its start, 1 its end), the baseline's accuracy and the
+variant's (baseline -> variant). The depths of one haystack share its filler, so the gates' statistics are
+clustered by haystack; a length whose baseline finds fewer than half its needles says little of a variant.
+
+{% for v, suite, st in needles -%}
+**{{ v.name }}**, {{ suite }}:
+
+{{ needle_table(st) }}
+
+{% endfor -%}
+{{ look.figure("needle") }}
 {% endif %}
 {% if probed %}
 ## Performance
@@ -426,6 +443,24 @@ def items_cell(g: GateResult) -> str:
     return f"{g.items_used:,} / {g.items_planned:,} ({short_method(g)})"
 
 
+def needle_table(st) -> str:
+    """A needle suite's cells as a Markdown table: a row per prompt length, a column per depth, each cell the
+    baseline's accuracy -> the variant's; a length where the baseline finds fewer than half its needles is marked
+    (the model cannot retrieve there: the variant's figures say little)."""
+    lengths, depths, at = st.grid()
+    lines = ["| length (tokens) | " + " | ".join(f"depth {d:g}" for d in depths) + " | items per cell | note |",
+             "| --- |" + " --- |" * (len(depths) + 2)]
+    for n in lengths:
+        row = [at.get((n, d)) for d in depths]
+        cells = [c for c in row if c is not None]
+        shown = ["-" if c is None else f"{_fmt(c.base, '.3f')} -> {_fmt(c.variant, '.3f')}"
+                 + (f" ({_fmt(c.delta, '+.3f')})" if c.delta else "") for c in row]
+        bases = [c.base for c in cells if c.base is not None]
+        note = "baseline finds fewer than half: not informative" if bases and sum(bases) / len(bases) < 0.5 else ""
+        lines.append(f"| {n:,} | " + " | ".join(shown) + f" | {cells[0].items if cells else '-'} | {note} |")
+    return "\n".join(lines)
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -493,7 +528,9 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
-        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(v.strata for v in r.variants), score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(st.axis == "depth" for v in r.variants for st in v.strata.values()),
+        needle_table=needle_table, needles=[(v, suite, st) for v in r.variants for suite, st in sorted(v.strata.items())
+                 if st.axis == "length x depth" and st.cells], score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash
         n=lambda x, spec: "-" if x is None or x != x else format(x, spec),
         pv=perf_value, f=lambda x: _fmt(x, ".3f"), s=lambda x: _fmt(x, "+.3f"), p=lambda x: _fmt(x, ".3g"))

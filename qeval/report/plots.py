@@ -95,12 +95,12 @@ def latency(r: RunRecord) -> bytes | None:
 def depth(r: RunRecord) -> bytes | None:
     """KL against the baseline by depth: per long-document suite, each variant's mean KL in each depth bucket
     (at the bucket's middle token, log scale), an open marker where the bucket is too thin to judge."""
-    suites = sorted({s for v in r.variants for s in v.strata})
+    suites = sorted({s for v in r.variants for s, st in v.strata.items() if st.axis == "depth"})
     if not suites:
         return None
     fig, axes = plt.subplots(1, len(suites), figsize=(5.5 * len(suites), 3.8), squeeze=False)
     for ax, suite in zip(axes[0], suites):
-        shown = [v for v in r.variants if suite in v.strata and v.strata[suite].cells]
+        shown = [v for v in r.variants if suite in v.strata and v.strata[suite].cells and v.strata[suite].axis == "depth"]
         for k, v in enumerate(shown):
             cells = v.strata[suite].cells
             xs, ys = [(c.lo + c.hi) / 2 for c in cells], [c.kl if c.kl is not None else float("nan") for c in cells]
@@ -158,4 +158,56 @@ def grid_heatmap(v) -> bytes | None:
     ax.set_title(f"{v.name}: output tokens/s; box = best under the SLOs ({slo})", fontsize=10)
     bar = fig.colorbar(im, ax=ax, label="output tokens/s", shrink=0.8)
     bar.ax.set_ylim(0, top)  # the ramp runs on past the top so that the darkest cell stays light
+    return _png(fig)
+
+
+NEEDLE_AXIS = "length x depth"
+
+
+def _heat(ax, shade, labels, rows: list[str], cols: list[str], title: str) -> None:
+    """One annotated grid, its cells drawn as grid_heatmap draws its own: a light grey ramp (0: white, 1: the
+    darkest, still light under black text), missing cells white and hatched."""
+    import numpy as np
+
+    cmap = plt.get_cmap("Greys").with_extremes(bad="white")
+    ax.imshow(np.ma.masked_invalid(shade), cmap=cmap, vmin=0, vmax=1.8, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if labels[i][j] is None:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", color="grey", lw=0))
+            ax.text(j, i, labels[i][j] or "n/a", ha="center", va="center", fontsize=9, color="black")
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("needle depth (share of the filler)")
+    ax.set_title(title, fontsize=10)
+
+
+def needle(r: RunRecord) -> bytes | None:
+    """Retrieval at length: per needle suite and variant, the baseline's accuracy over length x depth, the
+    variant's beside it, and the variant's less the baseline's. A cell darkens as accuracy is lost."""
+    import numpy as np
+
+    shown = [(v, suite, st) for v in r.variants if v.role != "baseline"
+             for suite, st in sorted(v.strata.items()) if st.axis == NEEDLE_AXIS and st.cells]
+    if not shown:
+        return None
+    tall = max(len({c.length for c in st.cells}) for *_, st in shown)
+    fig, axes = plt.subplots(len(shown), 3, figsize=(13, (0.5 * tall + 1.6) * len(shown)), squeeze=False)
+    for (v, suite, st), row in zip(shown, axes):
+        lengths, depths, at = st.grid()
+        ys, xs = [f"{n:,}" for n in lengths], [f"{d:g}" for d in depths]
+
+        def figure(k: str):
+            return [[getattr(at[(n, d)], k) if (n, d) in at else None for d in depths] for n in lengths]
+
+        for ax, k, title in ((row[0], "base", f"{suite}: baseline accuracy"), (row[1], "variant", f"{v.name}: accuracy")):
+            m = figure(k)
+            shade = np.array([[np.nan if x is None else 1 - x for x in line] for line in m], dtype=float)
+            _heat(ax, shade, [[None if x is None else f"{x:.2f}" for x in line] for line in m], ys, xs, title)
+        d = figure("delta")
+        shade = np.array([[np.nan if x is None else max(0.0, -x) for x in line] for line in d], dtype=float)
+        _heat(row[2], shade, [[None if x is None else f"{x:+.2f}" for x in line] for line in d], ys, xs,
+              f"{v.name} less the baseline")
+        row[0].set_ylabel("prompt length (tokens)")
+    fig.tight_layout()
     return _png(fig)

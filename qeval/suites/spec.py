@@ -79,6 +79,12 @@ class SuiteRef(Kinded):
     def check_files(self, config_file: str) -> None:
         """Refuse (ConfigError) a file the entry names that is not there, before anything runs."""
 
+    def fitted(self, max_model_len: int | None, index: int, config_file: str = "") -> "SuiteRef":
+        """The entry with what it sizes from the served context set (an `auto` length), refusing what does not
+        fit it (ConfigError at `suites[index].KEY`). `max_model_len`: the shortest context any variant is served
+        with (None: no variant's engine states one)."""
+        return self
+
     def needs(self, settings: "Settings", config_file: str = "") -> list[Needed]:
         """What the entry needs on this machine beyond its files (an lm-eval task's data), each found or not;
         asked before `resolve`, which refuses what is missing. ConfigError: the entry itself is at fault."""
@@ -190,6 +196,20 @@ class LogprobsSuiteRef(SuiteRef):
             raise ValueError(f"buckets: {self.buckets} must rise")
         return self
 
+    def fitted(self, max_model_len: int | None, index: int, config_file: str = "") -> "LogprobsSuiteRef":
+        """`document_tokens` above the served context is refused; `auto` becomes that length less one (the one
+        token a completion request asks for beside its prompt)."""
+        n, where = self.document_tokens, f"suites[{index}].document_tokens"
+        if n == "auto":
+            if max_model_len is None:
+                raise ConfigError("document_tokens: auto reads the served context length (max_model_len), which no "
+                                  "variant's engine states: give a number", file=config_file, where=where)
+            return self.model_copy(update={"document_tokens": max_model_len - 1})
+        if isinstance(n, int) and max_model_len is not None and n > max_model_len:
+            raise ConfigError(f"document_tokens {n} exceeds the context a variant is served with (max_model_len "
+                              f"{max_model_len})", file=config_file, where=where)
+        return self
+
     def located(self, base: Path) -> "LogprobsSuiteRef":
         if self.corpus in ("pydoc", "stdlib", "docstrings"):
             return self
@@ -202,3 +222,69 @@ class LogprobsSuiteRef(SuiteRef):
         path = Path(self.corpus.removeprefix("suite:"))
         if not (path.is_file() or (self.document_tokens is not None and path.is_dir())):
             raise ConfigError(f"corpus {self.corpus} does not exist", file=config_file, where="suites: logprobs")
+
+
+@SUITES.register("needle")
+class NeedleSuiteRef(SuiteRef):
+    """Retrieval at length: seeded key-value needles at several depths of haystacks of several lengths, each
+    prompt exact in the engine's tokens, scored 0/1 and grouped by haystack (suites/needle.py)."""
+
+    RESOLVER: ClassVar[str] = "qeval.suites.needle:resolve"
+    kind: Literal["needle"]
+    name: Name = "needle"
+    # prompt lengths in tokens, question included (auto: 1k, 2k, 4k, ... doubling while one fits the served
+    # context with its answer, set by the plan: an 8k context gets 1k to 4k, since 8k and an answer exceed it)
+    lengths: Literal["auto"] | list[Annotated[int, Field(ge=64)]] = "auto"
+    depths: list[Annotated[float, Field(ge=0, le=1)]] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1)
+    haystacks: int = Field(8, ge=1)  # per length: the clusters of the statistics
+    # what the needle hides in: RULER's noise sentences repeated, held-out Python reference text, the standard
+    # library's docstrings, or a UTF-8 file's sentences
+    filler: str = "repeat"
+    distractors: int = Field(0, ge=0, le=20)  # needles of other keys in the same haystack, never asked
+    seed: int = 0
+    max_tokens: int = Field(12, gt=0)  # the answer's tokens (greedy): a 7-digit value and a little more
+    concurrency: Concurrency = 4  # prompts in flight: each a whole haystack
+    max_concurrency: MaxConcurrency = 256
+
+    @model_validator(mode="after")
+    def _layout(self) -> "NeedleSuiteRef":
+        if isinstance(self.lengths, list) and (not self.lengths or self.lengths != sorted(set(self.lengths))):
+            raise ValueError(f"lengths: {self.lengths} must rise, without repeats")
+        if self.depths != sorted(set(self.depths)):
+            raise ValueError(f"depths: {self.depths} must rise, without repeats")
+        if len({round(d * 100) for d in self.depths}) != len(self.depths):
+            raise ValueError(f"depths: {self.depths} must differ by at least 0.01 (an item's id says its percent)")
+        return self
+
+    def fitted(self, max_model_len: int | None, index: int, config_file: str = "") -> "NeedleSuiteRef":
+        """A prompt and its answer must fit the served context: the longest length plus `max_tokens` above it is
+        refused; `auto` doubles from 1k while one fits."""
+        where = f"suites[{index}].lengths"
+        if self.lengths == "auto":
+            if max_model_len is None:
+                raise ConfigError("lengths: auto reads the served context length (max_model_len), which no "
+                                  "variant's engine states: give the lengths", file=config_file, where=where)
+            out, n = [], 1024
+            while n + self.max_tokens <= max_model_len:
+                out.append(n)
+                n *= 2
+            if not out:
+                raise ConfigError(f"lengths: auto starts at 1024 tokens, which with max_tokens {self.max_tokens} "
+                                  f"exceeds the served context (max_model_len {max_model_len}): give the lengths",
+                                  file=config_file, where=where)
+            return self.model_copy(update={"lengths": out})
+        longest = max(self.lengths)
+        if max_model_len is not None and longest + self.max_tokens > max_model_len:
+            raise ConfigError(f"a needle prompt of {longest} tokens and its answer of max_tokens {self.max_tokens} "
+                              f"exceed the context a variant is served with (max_model_len {max_model_len})",
+                              file=config_file, where=where)
+        return self
+
+    def located(self, base: Path) -> "NeedleSuiteRef":
+        if self.filler in ("repeat", "pydoc", "docstrings"):
+            return self
+        return self.model_copy(update={"filler": str(_located(Path(self.filler), base))})
+
+    def check_files(self, config_file: str) -> None:
+        if self.filler not in ("repeat", "pydoc", "docstrings") and not Path(self.filler).is_file():
+            raise ConfigError(f"filler {self.filler} does not exist", file=config_file, where="suites: needle")

@@ -255,7 +255,8 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     with tempfile.TemporaryDirectory() as tmp:  # the report's figures as files, for the UI's artifact view
         from ..report import plots
 
-        for name, fn in (("forest", plots.forest), ("tradeoff", plots.tradeoff), ("latency", plots.latency)):
+        for name, fn in (("forest", plots.forest), ("tradeoff", plots.tradeoff), ("latency", plots.latency),
+                         ("needle", plots.needle)):
             png = fn(record)
             if png:
                 (Path(tmp) / f"{name}.png").write_bytes(png)
