@@ -163,11 +163,54 @@ def test_another_format_exits_2_and_says_what_it_looks_like(tmp_path):
     _refused(_file(tmp_path, FIXTURE / "bf16", log), str(log), "not lm-eval output", "inspect log")
 
 
-def test_rules_that_need_a_served_variant_are_refused(tmp_path):
+def test_a_performance_rule_is_not_evaluated_and_the_variant_does_not_pass(tmp_path):
     perf = {**GATES, "performance": [{"metric": "max_output_throughput", "min_ratio": 1.2}]}
-    _refused(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8", gates=perf), "performance rules")
-    seq = {"rules": [{"match": "*", "margin": 0.15, "sequential": {"look_every": 10}}]}
-    _refused(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8", gates=seq), "sequential rules")
+    r = _compare(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8", gates=perf)).record
+    by = {g.suite: g for g in r.gates}
+    assert by["lm_eval/oe_arc_easy"].verdict == "PASS"  # the quality gate is judged as before
+    g = by["perf"]
+    assert (g.verdict, g.finding, g.reason) == ("NOT_EVALUATED", "not_evaluated", "no performance figures: imported results")
+    # a rule never judged is never a pass: the variant is NOT_EVALUATED, not PASS, and not FAIL either
+    assert r.verdicts["int8"] == "NOT_EVALUATED" and r.verdict == "NOT_EVALUATED"
+    junit = (tmp_path / "runs" / "cmp" / "junit.xml").read_text()
+    assert '<skipped message="no performance figures: imported results"' in junit
+    # a warn rule never changes a verdict, judged or not
+    warn = {**GATES, "performance": [{"metric": "max_output_throughput", "min_ratio": 1.2, "action": "warn"}]}
+    r = _compare(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8", gates=warn)).record
+    assert [g.verdict for g in r.gates] == ["PASS", "NOT_EVALUATED"] and r.verdict == "PASS"
+
+
+def test_a_sequential_rule_is_judged_at_fixed_n_with_a_note(tmp_path):
+    fixed = _compare(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8")).record
+    seq = {"rules": [{"match": "*", "margin": 0.15, "alpha": 0.05, "sequential": {"look_every": 10}}]}
+    r = _compare(_file(tmp_path, FIXTURE / "bf16", FIXTURE / "int8", gates=seq)).record
+    [g], [f] = r.gates, fixed.gates
+    assert g.sequential is None and g.items_used is None  # no look was taken: one judgement over all 30 items
+    assert (g.verdict, g.lower_bound, g.upper_bound, g.p_exact) == (f.verdict, f.lower_bound, f.upper_bound, f.p_exact)
+    assert g.reason.startswith("judged at fixed n: imported results are complete") and g.reason.endswith(f.reason)
+
+
+def test_a_task_a_variant_lacks_is_not_evaluated_for_that_variant(tmp_path):
+    # a second task in the baseline: the fixture's task copied under another name (its own samples file)
+    base = _copy(tmp_path, "bf16")
+    res = _one(base, "results_*.json")
+    doc = json.loads(res.read_text())
+    for section in ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
+        if "oe_arc_easy" in doc.get(section, {}):
+            doc[section]["oe_arc_copy"] = doc[section]["oe_arc_easy"]
+    res.write_text(json.dumps(doc, indent=2))
+    samples = _one(base, "samples_oe_arc_easy_*.jsonl")
+    shutil.copy(samples, samples.with_name(samples.name.replace("oe_arc_easy", "oe_arc_copy")))
+    r = _compare(_file(tmp_path, base, FIXTURE / "int8")).record
+    by = {g.suite: g for g in r.gates}
+    assert by["lm_eval/oe_arc_easy"].verdict == "PASS"
+    g = by["lm_eval/oe_arc_copy"]
+    assert (g.metric, g.verdict, g.finding) == ("acc", "NOT_EVALUATED", "not_evaluated")
+    assert "int8's results have no task lm_eval/oe_arc_copy" in g.reason
+    assert r.verdicts["int8"] == "NOT_EVALUATED"
+    v = next(x for x in r.variants if x.name == "int8")
+    assert list(v.imported.missing) == ["lm_eval/oe_arc_copy"] and [s.suite for s in v.suites] == ["lm_eval/oe_arc_easy"]
+    assert [c.suite for c in r.comparisons] == ["lm_eval/oe_arc_easy"]
 
 
 def test_a_comparison_file_serves_nothing_and_a_campaign_does_not_mix_the_two(tmp_path):
