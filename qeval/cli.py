@@ -156,6 +156,9 @@ def compare(config: Path = typer.Argument(None, help="a comparison file: the cam
                                          help="the baseline's results, e.g. bf16=lm_eval:runs/bf16/"),
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME=FORMAT:PATH",
                                               help="a variant's results (repeatable)"),
+            noise: str = typer.Option(None, "--noise", metavar="NAME=FORMAT:PATH",
+                                      help="the baseline's results from a second evaluation of the same model: "
+                                           "the A/A noise floor"),
             policy: Path = typer.Option(None, "--policy", help="the gate policy file (default: qeval's default policy)"),
             metrics: Path = typer.Option(None, "--metrics", help="a YAML file of `metrics:` declarations: what each "
                                                                  "metric the evaluator does not declare is"),
@@ -169,18 +172,19 @@ def compare(config: Path = typer.Argument(None, help="a comparison file: the cam
     nothing: the same pairing, gates, report, JUnit, exit codes and MLflow logging as a campaign."""
     from .pipeline.imported import compare as compare_results
 
-    if config is not None and (baseline or variant or policy or metrics or out_dir or name or tasks):
+    if config is not None and (baseline or variant or noise or policy or metrics or out_dir or name or tasks):
         _fail(ConfigError("give a comparison file, or --baseline and --variant, not both"))
     if config is None:
         try:
-            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [], metrics)
+            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [], metrics, noise)
         except QevalError as e:
             _fail(e)
     _run_or_finish(config, no_mlflow, compare_results)
 
 
 def _comparison_file(baseline: str | None, variants: list[str], policy: Path | None, out_dir: Path | None,
-                     name: str | None, tasks: list[str], metrics: Path | None = None) -> Path:
+                     name: str | None, tasks: list[str], metrics: Path | None = None,
+                     noise: str | None = None) -> Path:
     """The command line's comparison as a campaign file in its run folder (comparison.yaml): what the record
     names, and what `qeval compare comparison.yaml` runs again."""
     import yaml
@@ -199,6 +203,8 @@ def _comparison_file(baseline: str | None, variants: list[str], policy: Path | N
     out_dir = (out_dir or Path("runs") / (name or "comparison")).resolve()
     doc = {"name": name or out_dir.name, "output_dir": str(out_dir.parent),
            "baseline": entry(baseline, "--baseline", tasks), "variants": [entry(v, "--variant", []) for v in variants]}
+    if noise is not None:
+        doc["noise"] = entry(noise, "--noise", [])
     if policy is not None:
         if not policy.is_file():
             raise ConfigError(f"gate policy {policy} does not exist", where="--policy")

@@ -224,6 +224,9 @@ class CampaignConfig(Strict):
     # the baseline evaluated a second time by a second server under another batch shape (qeval/verdict/noise.py)
     noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
+    # imported results only: the baseline's results from a second evaluation of the same model, read as the A/A noise
+    # floor (qeval/verdict/noise.py) that a served campaign's noise_floor measures by serving the baseline again
+    noise: VariantSpec | None = None
     # imported results' metrics that their evaluator does not declare (a served suite declares its own)
     metrics: list[MetricDeclaration] = []
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
@@ -255,6 +258,9 @@ class CampaignConfig(Strict):
                 raise ValueError(f"every variant is `results` (compared, not served): {', '.join(given)} "
                                  "come from the results themselves; remove them")
             return self
+        if self.noise is not None:
+            raise ValueError("noise: is the baseline's imported results read again (every variant `method: results`); "
+                             "a campaign that serves its variants measures its noise floor with `noise_floor: true`")
         if self.metrics:
             raise ValueError("metrics: declares what imported results' metrics are (every variant `method: results`); "
                              "a served suite declares its own")
@@ -268,7 +274,10 @@ class CampaignConfig(Strict):
     @model_validator(mode="after")
     def _unique_names(self) -> "CampaignConfig":
         if self.imported:
-            names = [self.baseline.name] + [v.name for v in self.variants]
+            if self.noise is not None and self.noise.method != RESULTS:
+                raise ValueError("noise: the baseline's results from a second evaluation: `method: results` with "
+                                 "`results: {format, path}`")
+            names = [self.baseline.name] + [v.name for v in self.variants] + ([self.noise.name] if self.noise else [])
             if (dup := {n for n in names if names.count(n) > 1}):
                 raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
             return self
@@ -336,6 +345,14 @@ class CampaignConfig(Strict):
             raise ValueError(f"grid: {len(chosen)} variant(s) x {g.rows()} engine setting(s) x {len(g.concurrency)} "
                              f"concurrencies = {cells} cells, more than max_cells ({g.max_cells})")
         return g
+
+    @property
+    def aa_name(self) -> str | None:
+        """The A/A evaluation's name in the record: the imported one (`noise`), else the baseline's second
+        evaluation (`noise_floor`); None without either."""
+        if self.noise is not None:
+            return self.noise.name
+        return self.baseline.name + NOISE_SUFFIX if self.noise_floor.enabled else None
 
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]

@@ -128,7 +128,8 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
     base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash,
                                              dropped={"baseline": _dropped(t)} if t.dropped else {}) for t in tasks}
     cands: dict[str, list[ImportedTask]] = {t.suite: [t] for t in tasks}
-    for spec in cfg.variants:
+    others = [(spec, "variant") for spec in cfg.variants] + ([(cfg.noise, "noise")] if cfg.noise is not None else [])
+    for spec, role in others:
         data = read_variant(spec)
         if data.source.format != fmt:
             raise ConfigError(f"variant {spec.name} is {data.source.evaluator} output and the baseline "
@@ -138,7 +139,7 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
         for t in tasks:
             cand = data.tasks.get(t.suite)
             if cand is None:
-                missing[t.suite] = (f"not evaluated: variant {spec.name}'s results have no task {t.suite} (they "
+                missing[t.suite] = (f"not evaluated: {role} {spec.name}'s results have no task {t.suite} (they "
                                     f"have {', '.join(sorted(data.tasks)) or 'none'})")
                 continue
             advisory = check_comparable(t, cand, spec.name)
@@ -152,7 +153,7 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
                 unpaired_reason="the item is in one run's results only (another limit or sample set, or the "
                 "evaluator gave it no score: see dropped)" if unpaired else None,
                 dropped={k: _dropped(x) for k, x in (("baseline", t), ("variant", cand)) if x.dropped})
-        out.append(ImportedVariant(spec, "variant", data, variant_key(data), facts, missing))
+        out.append(ImportedVariant(spec, role, data, variant_key(data), facts, missing))
     user = declarations(cfg, config_file)
     policy = cfg.gates
     assert isinstance(policy, GatePolicy), "a policy file is read when the campaign is loaded"

@@ -185,12 +185,12 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                 base_records: dict[str, list[Record]], compared: list[Comparison], found: _Found) -> NoiseFloor | None:
     """The A/A evaluation against the baseline's (qeval/verdict/noise.py): its figures, never gated or corrected
     with the variants' p-values, and each variant's (suite, metric) of `compared` that sits within them."""
-    from ..verdict.noise import SUFFIX, floor_figures, within_floor
+    from ..verdict.noise import floor_figures, within_floor
     from .plan import suite_concurrency
 
-    name = cfg.baseline.name + SUFFIX
+    name = cfg.aa_name
     res = next((r for r in record.variants if r.name == name), None)
-    if not cfg.noise_floor.enabled or name not in keys or res is None or res.status != "ok":
+    if name is None or name not in keys or res is None or res.status != "ok":
         return None
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name), None)
     comparisons = []
@@ -202,11 +202,14 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                                  gated_only=True)[0]
     figures = floor_figures(comparisons, {(part.suite, m): spec.floor_figure for part in p.parts()
                                           for m, spec in part.metrics.items()})
+    within = within_floor([c for c in compared if c.variant != name], figures)
+    if res.imported is not None:  # another evaluator's second run: no request qeval sent, no batch shape it chose
+        return NoiseFloor(variant=name, concurrency=0, figures=figures, comparisons=comparisons, within=within)
     # the baseline's requests in flight as its record says them (a suite set to `auto`: as sized from its engine)
     concurrency = {**suite_concurrency(p), **(base_res.concurrency if base_res is not None else {})}
     return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
                       baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
-                      within=within_floor([c for c in compared if c.variant != name], figures))
+                      within=within)
 
 
 def _part(cfg: CampaignConfig, p: Plan, name: str, part: "Part", base: list[Record], cand: list[Record],
