@@ -39,7 +39,9 @@ from .publish import publish
 def read_variant(spec: VariantSpec) -> Imported:
     """The variant's results, read by its format's importer (BadResults: the file and place it could not read)."""
     assert spec.results is not None
-    return IMPORTERS.get(spec.results.format)().read(spec.results.path)
+    kind = IMPORTERS.get(spec.results.format)
+    importer = kind(tracking_uri=spec.results.tracking_uri) if spec.results.tracking_uri else kind()
+    return importer.read(spec.results.path)
 
 
 def variant_key(data: Imported) -> str:
