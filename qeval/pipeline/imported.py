@@ -101,7 +101,8 @@ def noted(gates: Sequence[GateResult], policy: GatePolicy) -> tuple[GateResult, 
     """Each gate whose rule is sequential, with the note that it was judged at fixed n."""
     out = []
     for g in gates:
-        rule = rule_for(policy, g.suite, g.metric) if g.suite != "perf" else None
+        judged = g.suite != "perf" and g.verdict != "NOT_EVALUATED"
+        rule = rule_for(policy, g.suite, g.metric) if judged else None
         seq = rule is not None and policy.sequential_of(rule) is not None
         out.append(g.model_copy(update={"reason": f"{FIXED_N}; {g.reason}"}) if seq else g)
     return tuple(out)
