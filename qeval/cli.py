@@ -156,35 +156,45 @@ def compare(config: Path = typer.Argument(None, help="a comparison file: the cam
                                          help="the baseline's results, e.g. bf16=lm_eval:runs/bf16/"),
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME=FORMAT:PATH",
                                               help="a variant's results (repeatable)"),
+            noise: str = typer.Option(None, "--noise", metavar="NAME=FORMAT:PATH",
+                                      help="the baseline's results from a second evaluation of the same model: "
+                                           "the A/A noise floor"),
             policy: Path = typer.Option(None, "--policy", help="the gate policy file (default: qeval's default policy)"),
             metrics: Path = typer.Option(None, "--metrics", help="a YAML file of `metrics:` declarations: what each "
                                                                  "metric the evaluator does not declare is"),
             out_dir: Path = typer.Option(None, "--out", help="the run folder (default: runs/<name>)"),
             name: str = typer.Option(None, "--name", help="the comparison's name (default: the --out folder's)"),
+            tracking_uri: str = typer.Option(None, "--tracking-uri", help="the tracking store of mlflow:runs:/<id> "
+                                                                           "sources (default: MLflow's own)"),
             tasks: list[str] = typer.Option(None, "--tasks", metavar="TASK",
                                             help="compare only these tasks of the baseline's (repeatable)"),
             no_mlflow: bool = typer.Option(False, "--no-mlflow", help="keep the record local; `qeval sync` later"),
             ) -> None:
-    """Compare per-item results another evaluator already wrote (lm-eval's --log_samples output, inspect_ai logs), serving
-    nothing: the same pairing, gates, report, JUnit, exit codes and MLflow logging as a campaign."""
+    """Compare per-item results another evaluator already wrote (lm-eval's --log_samples output, inspect_ai logs,
+    MLflow GenAI evaluation runs), serving nothing: the same pairing, gates, report, JUnit, exit codes and MLflow
+    logging as a campaign."""
     from .pipeline.imported import compare as compare_results
 
-    if config is not None and (baseline or variant or policy or metrics or out_dir or name or tasks):
+    if config is not None and (baseline or variant or noise or policy or metrics or out_dir or name or tasks
+                               or tracking_uri):
         _fail(ConfigError("give a comparison file, or --baseline and --variant, not both"))
     if config is None:
         try:
-            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [], metrics)
+            config = _comparison_file(baseline, variant or [], policy, out_dir, name, tasks or [], metrics, noise,
+                                      tracking_uri)
         except QevalError as e:
             _fail(e)
     _run_or_finish(config, no_mlflow, compare_results)
 
 
 def _comparison_file(baseline: str | None, variants: list[str], policy: Path | None, out_dir: Path | None,
-                     name: str | None, tasks: list[str], metrics: Path | None = None) -> Path:
+                     name: str | None, tasks: list[str], metrics: Path | None = None,
+                     noise: str | None = None, tracking_uri: str | None = None) -> Path:
     """The command line's comparison as a campaign file in its run folder (comparison.yaml): what the record
     names, and what `qeval compare comparison.yaml` runs again."""
     import yaml
 
+    from .imports import IMPORTERS
     from .imports.sources import parse_source
 
     if not baseline or not variants:
@@ -193,12 +203,17 @@ def _comparison_file(baseline: str | None, variants: list[str], policy: Path | N
 
     def entry(text: str, option: str, chosen: list[str]) -> dict:
         n, fmt, path = parse_source(text, option)
-        results = {"format": fmt, "path": str(path.resolve())}
+        local = IMPORTERS.get(fmt).local
+        results = {"format": fmt, "path": str(path.resolve() if local else path)}
+        if not local and tracking_uri:
+            results["tracking_uri"] = tracking_uri
         return {"name": n, "method": "results", "results": {**results, **({"tasks": chosen} if chosen else {})}}
 
     out_dir = (out_dir or Path("runs") / (name or "comparison")).resolve()
     doc = {"name": name or out_dir.name, "output_dir": str(out_dir.parent),
            "baseline": entry(baseline, "--baseline", tasks), "variants": [entry(v, "--variant", []) for v in variants]}
+    if noise is not None:
+        doc["noise"] = entry(noise, "--noise", [])
     if policy is not None:
         if not policy.is_file():
             raise ConfigError(f"gate policy {policy} does not exist", where="--policy")

@@ -104,6 +104,7 @@ class ResultsSpec(Strict):
     format: str  # a registered importer: lm_eval, inspect
     path: Path  # what that evaluator wrote (lm-eval: its --output_path folder, or one results_*.json; inspect: one log)
     tasks: list[str] | None = None  # the tasks to compare (their evaluator's names); None: every task the baseline has
+    tracking_uri: str | None = None  # mlflow: the tracking store holding the run (None: MLflow's default)
 
     @field_validator("format")
     @classmethod
@@ -115,6 +116,19 @@ class ResultsSpec(Strict):
         except ConfigError as e:
             raise ValueError(str(e)) from None
         return v
+
+    @model_validator(mode="after")
+    def _uri_for_mlflow(self) -> "ResultsSpec":
+        if self.tracking_uri is not None and self.format != "mlflow":
+            raise ValueError("tracking_uri is where an MLflow run is stored (format: mlflow)")
+        return self
+
+    @property
+    def local(self) -> bool:
+        """Whether `path` is a file or folder on this machine (an MLflow run's is a URI, runs:/<id>)."""
+        from .imports import IMPORTERS
+
+        return IMPORTERS.get(self.format).local
 
 
 class MetricDeclaration(Strict):
@@ -224,6 +238,9 @@ class CampaignConfig(Strict):
     # the baseline evaluated a second time by a second server under another batch shape (qeval/verdict/noise.py)
     noise_floor: NoiseFloorSpec = NoiseFloorSpec()
     executor: ExecutorSpec = LocalExecutorSpec()  # where variants run; changes no result, so not in the hash
+    # imported results only: the baseline's results from a second evaluation of the same model, read as the A/A noise
+    # floor (qeval/verdict/noise.py) that a served campaign's noise_floor measures by serving the baseline again
+    noise: VariantSpec | None = None
     # imported results' metrics that their evaluator does not declare (a served suite declares its own)
     metrics: list[MetricDeclaration] = []
     # the campaign as its file wrote it (paths relative to the file, the policy file read): what the
@@ -255,6 +272,9 @@ class CampaignConfig(Strict):
                 raise ValueError(f"every variant is `results` (compared, not served): {', '.join(given)} "
                                  "come from the results themselves; remove them")
             return self
+        if self.noise is not None:
+            raise ValueError("noise: is the baseline's imported results read again (every variant `method: results`); "
+                             "a campaign that serves its variants measures its noise floor with `noise_floor: true`")
         if self.metrics:
             raise ValueError("metrics: declares what imported results' metrics are (every variant `method: results`); "
                              "a served suite declares its own")
@@ -268,7 +288,10 @@ class CampaignConfig(Strict):
     @model_validator(mode="after")
     def _unique_names(self) -> "CampaignConfig":
         if self.imported:
-            names = [self.baseline.name] + [v.name for v in self.variants]
+            if self.noise is not None and self.noise.method != RESULTS:
+                raise ValueError("noise: the baseline's results from a second evaluation: `method: results` with "
+                                 "`results: {format, path}`")
+            names = [self.baseline.name] + [v.name for v in self.variants] + ([self.noise.name] if self.noise else [])
             if (dup := {n for n in names if names.count(n) > 1}):
                 raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
             return self
@@ -337,6 +360,14 @@ class CampaignConfig(Strict):
                              f"concurrencies = {cells} cells, more than max_cells ({g.max_cells})")
         return g
 
+    @property
+    def aa_name(self) -> str | None:
+        """The A/A evaluation's name in the record: the imported one (`noise`), else the baseline's second
+        evaluation (`noise_floor`); None without either."""
+        if self.noise is not None:
+            return self.noise.name
+        return self.baseline.name + NOISE_SUFFIX if self.noise_floor.enabled else None
+
     def all_variants(self) -> list[VariantSpec]:
         return [self.baseline, *self.variants]
 
@@ -384,7 +415,9 @@ def _resolve_recipe(recipe: RecipeSpec, base: Path) -> RecipeSpec:
 
 
 def _resolve_results(results: ResultsSpec | None, base: Path) -> ResultsSpec | None:
-    return None if results is None else results.model_copy(update={"path": _resolve(results.path, base)})
+    if results is None or not results.local:
+        return results
+    return results.model_copy(update={"path": _resolve(results.path, base)})
 
 
 def load_policy(path: Path) -> GatePolicy:
@@ -410,8 +443,9 @@ def load_config(path: str | Path) -> CampaignConfig:
     baseline = cfg.baseline.model_copy(update={"checkpoint": _resolve(cfg.baseline.checkpoint, base),
                                                "results": _resolve_results(cfg.baseline.results, base)})
     model = None if cfg.model is None else cfg.model.model_copy(update={"path": _resolve(cfg.model.path, base)})
+    noise = None if cfg.noise is None else cfg.noise.model_copy(update={"results": _resolve_results(cfg.noise.results, base)})
     cfg = cfg.model_copy(update={"suites": suites, "variants": variants, "baseline": baseline, "model": model,
-                                 "output_dir": _resolve(cfg.output_dir, base)})
+                                 "noise": noise, "output_dir": _resolve(cfg.output_dir, base)})
     if isinstance(cfg.gates, Path):
         policy_file = _resolve(cfg.gates, base)
         if not policy_file.is_file():
@@ -420,7 +454,7 @@ def load_config(path: str | Path) -> CampaignConfig:
     written.pop("gates", None)  # the policy's content, wherever its file lies
     written |= {"gates": gates} if (gates := non_defaults(cfg.gates)) else {}
     cfg._written = written
-    for v in cfg.all_variants():
+    for v in cfg.all_variants() + ([cfg.noise] if cfg.noise is not None else []):
         if v.checkpoint is not None and not (v.checkpoint / "config.json").is_file():
             where = f"variant {v.name}: checkpoint"
             what = "has no config.json" if v.checkpoint.is_dir() else "does not exist"
@@ -428,7 +462,7 @@ def load_config(path: str | Path) -> CampaignConfig:
         if v.recipe.file is not None and not v.recipe.file.is_file():
             raise ConfigError(f"recipe file {v.recipe.file} does not exist", file=str(path),
                               where=f"variant {v.name}: recipe.file")
-        if v.results is not None and not v.results.path.exists():
+        if v.results is not None and v.results.local and not v.results.path.exists():
             raise ConfigError(f"{v.results.path} does not exist", file=str(path), where=f"variant {v.name}: results.path")
         cal = v.recipe.calibration
         if cal is not None and not cal.path.exists():

@@ -9,5 +9,6 @@ from __future__ import annotations
 from ..registry import Registry
 
 IMPORTERS = Registry("result format", entry_point_group="qeval.importers",
-                     modules={"lm_eval": "qeval.imports.lmeval", "inspect": "qeval.imports.inspect_log"},
+                     modules={"lm_eval": "qeval.imports.lmeval", "inspect": "qeval.imports.inspect_log",
+                              "mlflow": "qeval.imports.mlflow_eval"},
                      base="qeval.imports.base:Importer")

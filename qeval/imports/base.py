@@ -73,6 +73,7 @@ class Importer:
     `read` imports it or raises BadResults naming the file and place."""
 
     kind: ClassVar[str] = ""
+    local: ClassVar[bool] = True  # its source is a path on this machine (False: a URI, such as an MLflow run's)
 
     @classmethod
     def claims(cls, src: Path) -> bool:

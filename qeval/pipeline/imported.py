@@ -1,14 +1,15 @@
 """A comparison of results another evaluator already wrote (`qeval compare`, every variant `method: results`):
 each variant imported (qeval/imports), checked against the baseline (the same task, the same items asked the same
 way), stored under keys of its files' content, then judged, recorded and published as a campaign is. Nothing is
-served: the record has no engine, memory or time figures, and a rule that needs them is refused.
+served: the record has no engine, memory or time figures, so a performance rule is NOT_EVALUATED, and a sequential
+rule is judged at fixed n over the complete results, with a note.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from ..config import CampaignConfig, VariantSpec
@@ -21,12 +22,13 @@ from ..imports.declarations import Declaration, check_partial, refuse_undeclared
 from ..progress import PlainReporter, Reporter
 from ..record.measurements import ImportedFile, ImportedSource, ImportedTaskFacts
 from ..record.metrics import MetricSpec
-from ..record.run import RunRecord, VariantResult
+from ..record.run import GateResult, RunRecord, VariantResult
 from ..record.store import ResultsStore
 from ..settings import Settings
 from ..suites.base import Part
 from ..suites.results import ResultsSuite
 from ..verdict.policy import GatePolicy
+from ..verdict.rules import rule_for
 from .campaign import CampaignResult, judged
 from .environment import environment
 from .judge import judge, summarize
@@ -37,7 +39,9 @@ from .publish import publish
 def read_variant(spec: VariantSpec) -> Imported:
     """The variant's results, read by its format's importer (BadResults: the file and place it could not read)."""
     assert spec.results is not None
-    return IMPORTERS.get(spec.results.format)().read(spec.results.path)
+    kind = IMPORTERS.get(spec.results.format)
+    importer = kind(tracking_uri=spec.results.tracking_uri) if spec.results.tracking_uri else kind()
+    return importer.read(spec.results.path)
 
 
 def variant_key(data: Imported) -> str:
@@ -56,6 +60,7 @@ class ImportedVariant:
     data: Imported
     key: str
     facts: dict[str, ImportedTaskFacts]
+    missing: dict[str, str] = field(default_factory=dict)  # the baseline's tasks it lacks: suite -> why
 
 
 def _primary(task: ImportedTask) -> str | None:
@@ -77,17 +82,30 @@ def _chosen(cfg: CampaignConfig, base: Imported) -> list[ImportedTask]:
     return [by_name[w] for w in wanted]
 
 
-def check_policy(cfg: CampaignConfig, config_file: str = "") -> None:
-    """Imported results are complete and have no performance figures: a sequential rule (which looks while a
-    suite runs) or a performance rule has nothing to read."""
+FIXED_N = ("judged at fixed n: imported results are complete, so the rule's sequential looks (taken while a suite "
+           "runs) are not taken")
+
+
+def fixed_n(cfg: CampaignConfig) -> CampaignConfig:
+    """The comparison with every gate at fixed n over all the items: a sequential rule looks while a suite runs, and
+    imported results are read whole, so its looks would be peeks at data already complete."""
     policy = cfg.gates
     assert isinstance(policy, GatePolicy), "a policy file is read when the campaign is loaded"
-    if policy.performance:
-        raise ConfigError("performance rules need figures qeval measured while serving a variant; imported results "
-                          "have none: remove `performance:` from the policy", file=config_file, where="gates.performance")
-    if any(policy.sequential_of(r) is not None for r in policy.rules):
-        raise ConfigError("sequential rules look while a suite runs; imported results are complete: use fixed-n "
-                          "rules (no `sequential:`)", file=config_file, where="gates")
+    if not policy.sequential_in_use:
+        return cfg
+    return cfg.model_copy(update={"gates": policy.model_copy(update={
+        "sequential": None, "rules": [r.model_copy(update={"sequential": None}) for r in policy.rules]})})
+
+
+def noted(gates: Sequence[GateResult], policy: GatePolicy) -> tuple[GateResult, ...]:
+    """Each gate whose rule is sequential, with the note that it was judged at fixed n."""
+    out = []
+    for g in gates:
+        judged = g.suite != "perf" and g.verdict != "NOT_EVALUATED"
+        rule = rule_for(policy, g.suite, g.metric) if judged else None
+        seq = rule is not None and policy.sequential_of(rule) is not None
+        out.append(g.model_copy(update={"reason": f"{FIXED_N}; {g.reason}"}) if seq else g)
+    return tuple(out)
 
 
 def declarations(cfg: CampaignConfig, config_file: str = "") -> list[Declaration]:
@@ -113,19 +131,20 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
     base_facts = {t.suite: ImportedTaskFacts(identity_hash=t.identity_hash,
                                              dropped={"baseline": _dropped(t)} if t.dropped else {}) for t in tasks}
     cands: dict[str, list[ImportedTask]] = {t.suite: [t] for t in tasks}
-    for spec in cfg.variants:
+    others = [(spec, "variant") for spec in cfg.variants] + ([(cfg.noise, "noise")] if cfg.noise is not None else [])
+    for spec, role in others:
         data = read_variant(spec)
         if data.source.format != fmt:
             raise ConfigError(f"variant {spec.name} is {data.source.evaluator} output and the baseline "
                               f"{base_data.source.evaluator}'s: different evaluators are not compared",
                               where=f"variant {spec.name}: results")
-        facts = {}
+        facts, missing = {}, {}
         for t in tasks:
             cand = data.tasks.get(t.suite)
             if cand is None:
-                raise ConfigError(f"variant {spec.name}'s results have no task {t.suite} (they have "
-                                  f"{sorted(data.tasks)}); name the tasks to compare in the baseline's "
-                                  "`results.tasks`", where=f"variant {spec.name}: results")
+                missing[t.suite] = (f"not evaluated: {role} {spec.name}'s results have no task {t.suite} (they "
+                                    f"have {', '.join(sorted(data.tasks)) or 'none'})")
+                continue
             advisory = check_comparable(t, cand, spec.name)
             declared[t.suite] = check_declared(t, cand, spec.name) | declared[t.suite]
             items = check_items(t, cand, spec.name)
@@ -137,7 +156,7 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
                 unpaired_reason="the item is in one run's results only (another limit or sample set, or the "
                 "evaluator gave it no score: see dropped)" if unpaired else None,
                 dropped={k: _dropped(x) for k, x in (("baseline", t), ("variant", cand)) if x.dropped})
-        out.append(ImportedVariant(spec, "variant", data, variant_key(data), facts))
+        out.append(ImportedVariant(spec, role, data, variant_key(data), facts, missing))
     user = declarations(cfg, config_file)
     policy = cfg.gates
     assert isinstance(policy, GatePolicy), "a policy file is read when the campaign is loaded"
@@ -155,21 +174,23 @@ def import_all(cfg: CampaignConfig, config_file: str = "") -> tuple[list[Importe
     return [base, *out], Plan(suites=(ResultsSuite(parts),) if parts else (), base_checkpoint=cfg.output_dir)
 
 
-def _source(data: Imported, facts: dict[str, ImportedTaskFacts]) -> ImportedSource:
-    s = data.source
+def _source(v: ImportedVariant) -> ImportedSource:
+    s = v.data.source
     return ImportedSource(format=s.format, evaluator=s.evaluator, version=s.version, model=s.model,
                           files=[ImportedFile(path=f.path, sha256=f.sha256, lines=f.lines) for f in s.files],
-                          tasks=facts)
+                          tasks=v.facts, missing=v.missing)
 
 
 def store_variant(v: ImportedVariant, p: Plan, store: ResultsStore) -> VariantResult:
     """The variant's records into the store under its key (complete), and its entry in the record."""
     for part in p.parts():
+        if part.suite in v.missing:
+            continue
         task = v.data.tasks[part.suite]
         store.put(v.key, part.key, v.spec.name, part.suite, task.records)
         store.mark_complete(v.key, part.key, len(task.records))
     return VariantResult(name=v.spec.name, method=v.spec.method, role=v.role, key=v.key, status="ok",
-                         suites=summarize(store, v.key, p), imported=_source(v.data, v.facts))
+                         suites=summarize(store, v.key, p), imported=_source(v))
 
 
 def compare(cfg: CampaignConfig, settings: Settings | None = None, *, config_file: str = "",
@@ -184,7 +205,6 @@ def compare(cfg: CampaignConfig, settings: Settings | None = None, *, config_fil
                           file=config_file)
     settings = settings or Settings.from_env()
     log = (reporter or PlainReporter()).log
-    check_policy(cfg, config_file)
     variants, p = import_all(cfg, config_file)
     run_dir = cfg.output_dir / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +222,9 @@ def compare(cfg: CampaignConfig, settings: Settings | None = None, *, config_fil
             log(f"[{v.spec.name}] imported {v.data.source.evaluator} results: "
                 + ", ".join(f"{s.suite} ({s.n} items)" for s in res.suites))
         keys = {v.spec.name: v.key for v in variants}
-        judgement = judge(cfg, record, store, keys, p)
+        judgement = judge(fixed_n(cfg), record, store, keys, p)
+    assert isinstance(cfg.gates, GatePolicy)
+    judgement = replace(judgement, gates=noted(judgement.gates, cfg.gates))
     if judgement.flipped:
         write_parquet(table(dict(judgement.flipped)), run_dir / "flips.parquet")
     record = judged(record, judgement).model_copy(update={"finished_at": now()})

@@ -102,7 +102,8 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     """Every variant with a key against the baseline, gated. Reads the record (its variants, their status and
     facts) and the store; changes neither."""
     from ..verdict.comparison import adjust_all
-    from ..verdict.gates import evaluate, evaluate_performance, overall_verdict, perf_not_applicable, variant_verdict
+    from ..verdict.gates import (Unjudged, evaluate, evaluate_performance, overall_verdict, perf_not_applicable,
+                                 performance_not_evaluated, variant_verdict)
 
     found = _Found()
     partial = {r.name for r in record.variants if r.status == "partial"}
@@ -110,6 +111,7 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
     comparisons = []
     sequential: dict = {}  # (variant, suite, metric) -> the result of a gate that looked while its suite ran
     not_run: dict[str, dict[str, tuple[str, str]]] = {}
+    unjudged: list[Unjudged] = []
     planned: dict[tuple[str, str], int] = {}
     base_records: dict[str, list[Record]] = {}
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name), None)
@@ -120,8 +122,14 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
             if v.name not in keys:
                 continue
             res = next((r for r in record.variants if r.name == v.name), None)
+            lacks = res.imported.missing if res is not None and res.imported is not None else {}
             for part in p.parts():
                 if v.name in partial and not store.is_complete(keys[v.name], part.key):
+                    continue
+                if part.suite in lacks:  # imported results without the task: nothing to pair
+                    recs = base_records[part.key]
+                    unjudged.append(Unjudged(v.name, part.suite, tuple(sorted(recs[0].scores)) if recs else (),
+                                             part.gate_metric or part.primary, lacks[part.suite]))
                     continue
                 comps, seq = _part(cfg, p, v.name, part, base_records[part.key],
                                    store.records(keys[v.name], part.key), res, base_res, found)
@@ -135,12 +143,15 @@ def judge(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, keys: dic
             planned |= _planned(res, sequential, v.name)
     adjusted = adjust_all(comparisons, cfg.gates.correction)
     floor = noise_floor(cfg, record, store, keys, p, base_records, adjusted, found) if base_key else None
-    gates = evaluate(cfg.gates, adjusted, [v.name for v in cfg.variants if v.name in keys], sequential, not_run)
+    gates = evaluate(cfg.gates, adjusted, [v.name for v in cfg.variants if v.name in keys], sequential, not_run,
+                     unjudged)
     changed = variant_changes(cfg, record)
     not_applicable = {name: perf_not_applicable(cfg.gates, c.changes) for name, c in changed.items()}
     if base_res is not None and base_res.status == "ok":  # performance gates need the baseline's own figures
         for r in record.variants:
-            if r.role == "variant" and r.status == "ok":
+            if r.role == "variant" and r.status == "ok" and r.imported is not None:
+                gates += performance_not_evaluated(cfg.gates, r.name, "no performance figures: imported results")
+            elif r.role == "variant" and r.status == "ok":
                 c = changed.get(r.name)
                 gates += evaluate_performance(cfg.gates, r.name, base_res.perf(), r.perf(), r.simulated,
                                               c.changes if c is not None else None)
@@ -174,12 +185,12 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                 base_records: dict[str, list[Record]], compared: list[Comparison], found: _Found) -> NoiseFloor | None:
     """The A/A evaluation against the baseline's (qeval/verdict/noise.py): its figures, never gated or corrected
     with the variants' p-values, and each variant's (suite, metric) of `compared` that sits within them."""
-    from ..verdict.noise import SUFFIX, floor_figures, within_floor
+    from ..verdict.noise import floor_figures, within_floor
     from .plan import suite_concurrency
 
-    name = cfg.baseline.name + SUFFIX
+    name = cfg.aa_name
     res = next((r for r in record.variants if r.name == name), None)
-    if not cfg.noise_floor.enabled or name not in keys or res is None or res.status != "ok":
+    if name is None or name not in keys or res is None or res.status != "ok":
         return None
     base_res = next((r for r in record.variants if r.name == cfg.baseline.name), None)
     comparisons = []
@@ -191,11 +202,14 @@ def noise_floor(cfg: CampaignConfig, record: RunRecord, store: ResultsStore, key
                                  gated_only=True)[0]
     figures = floor_figures(comparisons, {(part.suite, m): spec.floor_figure for part in p.parts()
                                           for m, spec in part.metrics.items()})
+    within = within_floor([c for c in compared if c.variant != name], figures)
+    if res.imported is not None:  # another evaluator's second run: no request qeval sent, no batch shape it chose
+        return NoiseFloor(variant=name, concurrency=0, figures=figures, comparisons=comparisons, within=within)
     # the baseline's requests in flight as its record says them (a suite set to `auto`: as sized from its engine)
     concurrency = {**suite_concurrency(p), **(base_res.concurrency if base_res is not None else {})}
     return NoiseFloor(variant=name, concurrency=cfg.noise_floor.shape(list(concurrency.values())),
                       baseline_concurrency=concurrency, figures=figures, comparisons=comparisons,
-                      within=within_floor([c for c in compared if c.variant != name], figures))
+                      within=within)
 
 
 def _part(cfg: CampaignConfig, p: Plan, name: str, part: "Part", base: list[Record], cand: list[Record],

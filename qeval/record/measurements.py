@@ -324,3 +324,5 @@ class ImportedSource(RecordModel):
     model: str | None = None  # the model as the results name it
     files: list[ImportedFile] = []
     tasks: dict[str, ImportedTaskFacts] = {}  # by suite
+    # the baseline's tasks these results lack: suite -> why (their gates are NOT_EVALUATED for this variant)
+    missing: dict[str, str] = {}

@@ -34,16 +34,18 @@ def changes_text(changes: Collection[str], serving_diff: Collection[str]) -> str
 
 # partial: cut while being evaluated; the suites it finished are compared, its verdict is NOT_EVALUATED
 Status = Literal["ok", "error", "skipped", "partial"]
-# NOT_RUN: a gate whose suite was skipped because the variant had already failed (stop_variant_on_fail)
+# NOT_RUN: a gate whose suite was skipped because the variant had already failed (stop_variant_on_fail);
+# NOT_EVALUATED, of a gate: it had nothing to judge (its reason says why), so its variant cannot pass
 GateVerdict = Literal["PASS", "FAIL", "WARN", "INCONCLUSIVE", "NOT_EVALUATED", "NOT_RUN"]
 # what a gate's data showed, beside its verdict (qeval/verdict/findings.py has the words): an interval's
 # finding (qeval/stats/decisions.py, and a sequential gate's futile and undecided), then the gate's own:
 # exact_test_not_confirmed (the interval passed, the exact test did not), undirected (no direction declared),
-# missing (a required metric the campaign lacks), not_run (the suite was skipped), and a performance rule's
+# missing (a required metric the campaign lacks), not_run (the suite was skipped), not_evaluated (nothing to judge:
+# a task the variant's imported results lack, a performance rule over imported results), and a performance rule's
 # ratio_met, ratio_missed, not_measured, simulated (the dense model's figures, not the scheme's)
 GateFinding = Literal["shown_within", "shown_worse", "shown_better", "not_shown_within", "shown_not_better",
                       "not_shown_better", "underpowered", "underpowered_within", "futile", "undecided",
-                      "exact_test_not_confirmed", "refused_heavy_tail", "undirected", "missing", "not_run",
+                      "exact_test_not_confirmed", "refused_heavy_tail", "undirected", "missing", "not_run", "not_evaluated",
                       "ratio_met", "ratio_missed", "not_measured", "simulated", "insufficient_data"]
 
 

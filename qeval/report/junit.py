@@ -1,6 +1,7 @@
 """JUnit XML for CI: one test case per gate, so a CI page lists each gate's result and reason. A failure's type
 is the gate's finding and its message says it in words ("FAIL (worse than the margin)" or "FAIL (not shown
-within the margin)"). A gate whose suite was not run (NOT_RUN) is a skipped case, never a pass; a sequential
+within the margin)"). A gate whose suite was not run (NOT_RUN), or that had nothing to judge (NOT_EVALUATED), is a skipped case,
+never a pass; a sequential
 gate carries where it stopped (items used, of planned) and its method, as properties and in its output."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def render(r: RunRecord) -> str:
             continue
         gates = by_variant.get(v.name, [])
         failing = [g for g in gates if g.verdict == "FAIL" or (g.verdict == "INCONCLUSIVE" and r.inconclusive == "fail")]
-        skipped = [g for g in gates if g.verdict == "NOT_RUN"]
+        skipped = [g for g in gates if g.verdict in ("NOT_RUN", "NOT_EVALUATED")]
         ts = ET.SubElement(suites, "testsuite", name=f"{r.campaign}/{v.name}", tests=str(max(len(gates), 1)),
                            failures=str(len(failing)), errors="1" if v.status != "ok" else "0",
                            skipped=str(len(skipped)))
@@ -52,7 +53,7 @@ def render(r: RunRecord) -> str:
             if g in failing:  # its type: the finding, so that a CI page can tell a clear miss from an unshown pass
                 ET.SubElement(case, "failure", type=g.finding or g.verdict, message=f"{said}: {g.reason}").text = detail
             elif g in skipped:
-                ET.SubElement(case, "skipped", message=g.reason or "NOT_RUN")
+                ET.SubElement(case, "skipped", message=g.reason or g.verdict)
             elif g.verdict in ("WARN", "INCONCLUSIVE"):
                 out.append(f"{said}: {detail}")
             if g.sequential is not None:

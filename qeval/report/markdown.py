@@ -130,11 +130,17 @@ Items in groups (cluster-robust interval); how each planned MDE counts them:
 {% if nf %}
 ## Noise floor (A/A)
 
+{% if imported | selectattr("name", "equalto", nf.variant) | list -%}
+The baseline evaluated a second time ({{ nf.variant }}): the same model's results from a second run of its
+evaluator, imported as the baseline's were. What differs between the two is the serving's own noise (another run,
+another batch), the floor under any variant's disagreement with the baseline. A variant "within" the
+{%- else -%}
 The baseline evaluated a second time ({{ nf.variant }}): the same weights, by a second server, with
 {{ nf.concurrency }} request{{ "s" if nf.concurrency > 1 else "" }} in flight for every suite (the first evaluation:
 {% for suite, c in nf.baseline_concurrency.items() %}{{ suite }} {{ c }}{{ "; " if not loop.last else "" }}{% endfor %}).
 What differs between the two is the engine's own noise (another batch: the floating-point sums run in
 another order), the floor under any variant's disagreement with the baseline. A variant "within" the
+{%- endif %}
 floor disagrees with the baseline no more than the baseline does with itself (point figures): its
 flips there are as well explained by that noise as by its quantization.
 

@@ -31,6 +31,7 @@ WORDS: dict[str, str] = {
     "undirected": "no direction declared",
     "missing": "required metric missing",
     "not_run": "suite not run",
+    "not_evaluated": "nothing to judge",
     "ratio_met": "ratio meets its bound",
     "ratio_missed": "ratio misses its bound",
     "not_measured": "not measured",

@@ -7,7 +7,8 @@ the p-values that look for differences, and the report says which one.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Mapping
 
@@ -15,7 +16,7 @@ from ..record.run import Comparison, GateResult, GateVerdict
 from ..stats import decide
 from ..stats.exact import noninferiority_exact
 from .policy import GatePolicy, GateRule
-from .rules import direction_of, named_by_a_rule, rule_for
+from .rules import direction_of, gated_metrics, named_by_a_rule, rule_for
 
 if TYPE_CHECKING:
     from ..stats.sequential import SequentialResult
@@ -102,10 +103,30 @@ def _not_run(variant: str, suite: str, metric: str, rule: GateRule, why: str) ->
                       verdict="NOT_RUN", reason=why, finding="not_run")
 
 
+@dataclass(frozen=True)
+class Unjudged:
+    """A suite the variant has no results for, though the baseline has (imported results that lack a task): each
+    of its gated metrics is NOT_EVALUATED, with why."""
+
+    variant: str
+    suite: str
+    metrics: tuple[str, ...]  # the baseline's metrics of the suite
+    primary: str | None
+    why: str
+
+
+def _not_evaluated(variant: str, suite: str, metric: str, rule: GateRule, why: str) -> GateResult:
+    return GateResult(variant=variant, suite=suite, metric=metric, rule=rule.match, mode=rule.mode, margin=rule.margin,
+                      margin_spec=f"{rule.margin:g}", alpha=rule.alpha, beta=rule.beta, action=rule.action,
+                      verdict="NOT_EVALUATED", reason=why, finding="not_evaluated")
+
+
 def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[str], sequential: Sequential = {},
-             not_run: Mapping[str, Mapping[str, tuple[str, str]]] = {}) -> list[GateResult]:
+             not_run: Mapping[str, Mapping[str, tuple[str, str]]] = {},
+             unjudged: Sequence[Unjudged] = ()) -> list[GateResult]:
     """`sequential`: the results of gates that looked while their suite ran (they decide those gates);
-    `not_run`: per variant, the suites it skipped after a failed gate, each as (its primary metric, why)."""
+    `not_run`: per variant, the suites it skipped after a failed gate, each as (its primary metric, why);
+    `unjudged`: the suites a variant has no results for (each gated metric NOT_EVALUATED, never passed)."""
     results = []
     for c in comparisons:
         if not c.primary and not named_by_a_rule(policy, c.suite, c.metric):
@@ -120,6 +141,9 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
             rule = rule_for(policy, suite, metric)
             if rule is not None:
                 results.append(_not_run(v, suite, metric, rule, why))
+    for u in unjudged:
+        results += [_not_evaluated(u.variant, u.suite, m, rule, u.why)
+                    for m, rule in gated_metrics(policy, u.suite, u.metrics, u.primary)]
     # a metric the policy requires but the campaign lacks is a failure, never a silent pass
     for rule in (r for r in policy.rules if r.required):
         for v in variants:
@@ -133,11 +157,17 @@ def evaluate(policy: GatePolicy, comparisons: list[Comparison], variants: list[s
 
 
 def variant_verdict(gates: list[GateResult], evaluated: bool) -> GateVerdict:
+    """FAIL where a gate failed; else NOT_EVALUATED where a fail rule had nothing to judge (a task the variant's
+    results lack, a performance rule over imported results), so that a variant never passes on a rule it was not
+    judged on; else INCONCLUSIVE where a gate showed nothing either way, or there is no gate; else PASS. A warn
+    rule never changes the verdict, judged or not."""
     if not evaluated:
         return "NOT_EVALUATED"
     verdicts = {g.verdict for g in gates}
     if "FAIL" in verdicts:
         return "FAIL"
+    if any(g.verdict == "NOT_EVALUATED" and g.action == "fail" for g in gates):
+        return "NOT_EVALUATED"
     if "INCONCLUSIVE" in verdicts or not gates:
         return "INCONCLUSIVE"  # nothing was shown either way
     return "PASS"
@@ -184,6 +214,17 @@ def evaluate_performance(policy: GatePolicy, variant: str, base: dict[str, float
                               verdict=verdict, reason=f"ratio {ratio:.3f} ({spec} required)",
                               finding="ratio_met" if ok else "ratio_missed"))
     return out
+
+
+def performance_not_evaluated(policy: GatePolicy, variant: str, why: str,
+                              changes: Collection[str] | None = None) -> list[GateResult]:
+    """Every performance rule that applies, NOT_EVALUATED with why: the variant has no figures to read (its
+    results were imported, not served), which is neither a pass nor a measured miss."""
+    return [GateResult(variant=variant, suite="perf", metric=r.metric, rule=r.text, mode="ratio",
+                       margin=r.min_ratio if r.min_ratio is not None else r.max_ratio,
+                       margin_spec=f"{r.bound_text} baseline", alpha=0.0, beta=0.0, action=r.action,
+                       verdict="NOT_EVALUATED", reason=why, finding="not_evaluated")
+            for r in policy.performance if not r.not_applicable(changes)]
 
 
 def perf_not_applicable(policy: GatePolicy, changes: Collection[str] | None) -> dict[str, str]:

@@ -185,11 +185,14 @@ def test_a_source_names_its_format_or_is_claimed_by_exactly_one_importer(tmp_pat
     from qeval.errors import ConfigError
     from qeval.imports.sources import parse_source
 
-    assert IMPORTERS.every_name() == ["inspect", "lm_eval"]
+    assert IMPORTERS.every_name() == ["inspect", "lm_eval", "mlflow"]
     assert parse_source(f"bf16=lm_eval:{FIXTURE / 'bf16'}", "--baseline") == ("bf16", "lm_eval", FIXTURE / "bf16")
     assert parse_source(f"bf16={FIXTURE / 'bf16'}", "--baseline") == ("bf16", "lm_eval", FIXTURE / "bf16")
     with pytest.raises(ConfigError, match=r"no results format recognises .*fp8.eval; name it as NAME=FORMAT:PATH "
-                                          r"\(formats: inspect, lm_eval\)"):
+                                          r"\(formats: inspect, lm_eval, mlflow\)"):
         parse_source(f"fp8={tmp_path / 'fp8.eval'}", "--variant")
     with pytest.raises(ConfigError, match="expected NAME=FORMAT:PATH"):
         parse_source(str(FIXTURE / "bf16"), "--variant")
+    # an MLflow run is a URI, named with its format or not
+    assert parse_source("w4=mlflow:runs:/0a1b", "--variant") == ("w4", "mlflow", Path("runs:/0a1b"))
+    assert parse_source("w4=runs:/0a1b", "--variant") == ("w4", "mlflow", Path("runs:/0a1b"))

@@ -17,6 +17,7 @@ from .conftest import ROOT, count_records, qeval, run_qeval, subprocess_env, wai
 pytestmark = pytest.mark.slow
 
 EXPECTED = {"custom/capitals": 53, "custom/arithmetic": 40, "lm_eval/oe_arc_easy": 30}
+GATES = {"rules": [{"match": "*", "margin": 0.15, "alpha": 0.05}]}  # wide enough for these small suites' power
 
 
 def _config(tmp_path: Path, base_model: Path, endpoint) -> Path:
@@ -36,7 +37,7 @@ def _config(tmp_path: Path, base_model: Path, endpoint) -> Path:
                 {"kind": "custom", "path": ROOT / "suites/custom/arithmetic.yaml", "concurrency": 1},
                 {"kind": "lm_eval", "include_path": ROOT / "suites/lmeval", "tasks": ["oe_arc_easy"], "limit": 30,
                  "num_concurrent": 1}],
-        gates={"rules": [{"match": "*", "margin": 0.15, "alpha": 0.05}]},  # wide enough for these small suites' power
+        gates=GATES,
         mlflow={"server": True})  # log through a real `mlflow server` on loopback
 
 
@@ -107,6 +108,9 @@ def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_pa
     assert next(v for v in rec.variants if v.name == "int8").weights_bytes < \
         next(v for v in rec.variants if v.name == "bf16").weights_bytes
 
+    # 4b. `qeval compare` over the lm-eval output this campaign left reaches the campaign's own figures
+    _compare_reaches_the_campaigns_figures(spawn, tmp_path, rec)
+
     # 5. MLflow has the parent run, one child per variant, and the per-item tables
     from mlflow.tracking import MlflowClient
 
@@ -176,3 +180,36 @@ def test_campaign_killed_and_resumed(spawn, server, base_model, settings, tmp_pa
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     assert figure.stat().st_size > 1000
     assert nb.cells[-1].outputs[-1]["data"]["text/plain"] == "3"  # three variants in the table
+
+
+def _compare_reaches_the_campaigns_figures(spawn, tmp_path: Path, rec: RunRecord) -> None:
+    """The acceptance check of bringing one's own results: lm-eval's `--log_samples` output for bf16 and int8, as
+    this campaign's lm-eval suite wrote it, compared by `qeval compare` under the campaign's (fixed-n) policy, gives
+    the campaign's n, means, delta, interval, MDE, p-value and verdict for the task. (`p_adjusted` differs: Holm
+    runs over all of a run's comparisons, and the campaign has more.)"""
+    def newest(variant: str) -> Path:  # a resumed lm-eval call would leave a second run beside the first: the last
+        found = sorted((tmp_path / "runs" / "e2e" / "work" / variant).glob("*/lmeval-out/*/results_*.json"),
+                       key=lambda p: p.stat().st_mtime)
+        assert found, f"no lm-eval results for {variant}"
+        return found[-1]
+
+    policy = tmp_path / "gates.yaml"
+    policy.write_text(json.dumps(GATES))  # the campaign's
+    out = tmp_path / "runs" / "compared"
+    p = run_qeval(spawn, "compare", "--baseline", f"bf16=lm_eval:{newest('bf16')}",
+                  "--variant", f"int8=lm_eval:{newest('int8')}", "--policy", str(policy), "--out", str(out),
+                  "--no-mlflow")
+    assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]
+    got = RunRecord.load(out / "run.json")
+    key = ("int8", "lm_eval/oe_arc_easy", "acc")
+    [c] = [x for x in got.comparisons if (x.variant, x.suite, x.metric) == key]
+    [want] = [x for x in rec.comparisons if (x.variant, x.suite, x.metric) == key]
+    fields = ("n_paired", "unpaired_base", "unpaired_variant", "base_mean", "variant_mean", "delta", "ci_low",
+              "ci_high", "mde", "p_value", "binary", "higher_is_better", "interval_method", "flips_base_only",
+              "flips_variant_only")
+    assert {f: getattr(c, f) for f in fields} == {f: getattr(want, f) for f in fields}
+    [g] = [x for x in got.gates if (x.variant, x.suite, x.metric) == key]
+    [w] = [x for x in rec.gates if (x.variant, x.suite, x.metric) == key]
+    assert (g.verdict, g.finding, g.lower_bound, g.upper_bound, g.margin) == \
+        (w.verdict, w.finding, w.lower_bound, w.upper_bound, w.margin)
+    assert p.returncode == (0 if g.verdict == "PASS" else 1)

@@ -6,7 +6,7 @@ from qeval.config import load_policy
 from qeval.errors import ConfigError
 from qeval.record.run import Comparison, RunRecord
 from qeval.report.junit import render as junit
-from qeval.verdict.gates import evaluate, overall_verdict, variant_verdict
+from qeval.verdict.gates import Unjudged, evaluate, overall_verdict, variant_verdict
 from qeval.verdict.policy import GatePolicy, GateRule
 from qeval.verdict.rules import rule_for
 
@@ -67,6 +67,21 @@ def test_secondary_metrics_are_gated_only_when_named():
     assert evaluate(policy, [comp(primary=False)], ["q"]) == []
     policy = GatePolicy(rules=[GateRule(match="lm_eval/t/acc")])
     assert len(evaluate(policy, [comp(primary=False)], ["q"])) == 1
+
+
+def test_a_gate_with_nothing_to_judge_keeps_its_variant_from_passing():
+    policy = GatePolicy(rules=[GateRule(margin=0.05), GateRule(match="lm_eval/warned/*", margin=0.05, action="warn")])
+    lacks = [Unjudged("q", "lm_eval/gone", ("acc", "acc_norm"), "acc", "no such task"),
+             Unjudged("q", "lm_eval/warned", ("acc",), "acc", "no such task")]
+    passed, gone, warned = evaluate(policy, [comp()], ["q"], unjudged=lacks)
+    assert passed.verdict == "PASS"
+    # the primary metric only, as for a judged suite (acc_norm is named by no rule)
+    assert (gone.suite, gone.metric, gone.verdict, gone.finding, gone.reason) == \
+        ("lm_eval/gone", "acc", "NOT_EVALUATED", "not_evaluated", "no such task")
+    assert variant_verdict([passed, gone], evaluated=True) == "NOT_EVALUATED"
+    assert variant_verdict([passed, warned], evaluated=True) == "PASS"  # a warn rule never changes a verdict
+    failed = evaluate(policy, [comp(low=-0.08)], ["q"])[0]
+    assert variant_verdict([failed, gone], evaluated=True) == "FAIL"  # a failure shown stands
 
 
 def test_verdicts_roll_up():
