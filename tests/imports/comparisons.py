@@ -14,13 +14,15 @@ from qeval.pipeline.campaign import CampaignResult
 from qeval.pipeline.imported import compare
 
 
-def comparison_file(tmp_path: Path, fmt: str, names: tuple[str, str], base: Path, cand: Path, gates: dict,
-                    **extra) -> Path:
-    """`tmp_path/cmp.yaml`: baseline `names[0]` and variant `names[1]`, both `method: results` of format `fmt`."""
-    doc = {"name": "cmp", "output_dir": str(tmp_path / "runs"),
-           "baseline": {"name": names[0], "method": "results", "results": {"format": fmt, "path": str(base)}},
-           "variants": [{"name": names[1], "method": "results", "results": {"format": fmt, "path": str(cand)}}],
-           "gates": gates, "mlflow": {"enabled": False}, **extra}
+def comparison_file(tmp_path: Path, fmt: str, names: tuple[str, str], base: Path | str, cand: Path | str,
+                    gates: dict, results: dict | None = None, **extra) -> Path:
+    """`tmp_path/cmp.yaml`: baseline `names[0]` and variant `names[1]`, both `method: results` of format `fmt`;
+    `results`: further keys of both sides' `results:` (a tracking URI)."""
+    def side(name: str, path: Path | str) -> dict:
+        return {"name": name, "method": "results", "results": {"format": fmt, "path": str(path), **(results or {})}}
+
+    doc = {"name": "cmp", "output_dir": str(tmp_path / "runs"), "baseline": side(names[0], base),
+           "variants": [side(names[1], cand)], "gates": gates, "mlflow": {"enabled": False}, **extra}
     path = tmp_path / "cmp.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

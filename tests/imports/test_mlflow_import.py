@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qeval.config import load_config
-from qeval.errors import EXIT_USAGE, ConfigError
+from qeval.errors import EXIT_USAGE
 from qeval.imports.base import BadResults
 from qeval.imports.mlflow_eval import MlflowImporter, inputs_hash
-from qeval.pipeline.imported import compare
 from qeval.record.run import RunRecord
+
+from .comparisons import comparison_file, refused
 
 QUESTIONS = 12
 WRONG = {"bf16": {2}, "int8": {2, 5, 7}, "bf16-again": {2, 9}}  # the rows each "model" answers wrongly
@@ -83,15 +83,8 @@ def test_a_run_is_read_row_by_row_as_compare_evaluations_reads_it(runs):
 
 
 def _file(tmp_path: Path, uri: str, ids: dict[str, str], **extra) -> Path:
-    def entry(name: str) -> dict:
-        return {"name": name, "method": "results",
-                "results": {"format": "mlflow", "path": f"runs:/{ids[name]}", "tracking_uri": uri}}
-
-    doc = {"name": "cmp", "output_dir": str(tmp_path / "runs"), "baseline": entry("bf16"), "variants": [entry("int8")],
-           "gates": GATES, "metrics": DECLARED, "mlflow": {"enabled": False}, **extra}
-    path = tmp_path / "cmp.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return comparison_file(tmp_path, "mlflow", ("bf16", "int8"), f"runs:/{ids['bf16']}", f"runs:/{ids['int8']}", GATES,
+                           results={"tracking_uri": uri}, **{"metrics": DECLARED, **extra})
 
 
 def test_qeval_compare_gates_two_evaluation_runs(runs, tmp_path):
@@ -125,18 +118,13 @@ def test_qeval_compare_gates_two_evaluation_runs(runs, tmp_path):
 
 def test_an_undeclared_gated_scorer_exits_2_with_the_lines_to_add(runs, tmp_path):
     uri, ids = runs
-    path = _file(tmp_path, uri, ids, metrics=[])
-    with pytest.raises(ConfigError) as e:
-        compare(load_config(path), config_file=str(path))
-    assert e.value.exit_code == EXIT_USAGE and 'match: "mlflow/dataset/exact", type: binary|continuous' in str(e.value)
+    refused(_file(tmp_path, uri, ids, metrics=[]), 'match: "mlflow/dataset/exact", type: binary|continuous')
 
 
 def test_a_run_id_that_is_not_there_exits_2_naming_it(runs, tmp_path):
     uri, ids = runs
-    path = _file(tmp_path, uri, {**ids, "int8": "0" * 32})
-    with pytest.raises(BadResults) as e:
-        compare(load_config(path), config_file=str(path))
-    assert e.value.exit_code == EXIT_USAGE and f"runs:/{'0' * 32}" in str(e.value) and "no such MLflow run" in str(e.value)
+    e = refused(_file(tmp_path, uri, {**ids, "int8": "0" * 32}), f"runs:/{'0' * 32}", "no such MLflow run")
+    assert isinstance(e, BadResults)
 
 
 def test_what_is_not_one_value_an_item_is_refused_naming_the_trace(tmp_path):
