@@ -276,7 +276,7 @@ def suites(args, settings) -> dict[str, Any]:
     return out
 
 
-def served_arms(args, settings, dtype: str, tmp: Path) -> tuple[dict[str, Arm], dict[str, Any]]:
+def served_arms(args, settings, dtype: str, tmp: Path, progress=lambda arms: None) -> tuple[dict[str, Arm], dict[str, Any]]:
     from qeval.config import VariantSpec
     from qeval.engines.spec import VllmSpec
     from qeval.engines.vllm import VllmEngine
@@ -320,6 +320,7 @@ def served_arms(args, settings, dtype: str, tmp: Path) -> tuple[dict[str, Arm], 
                 arms[name] = Arm(name, items, wall, served["vllm:prompt_tokens"], served["vllm:generation_tokens"],
                                  served["vllm:request_success"], max(run.used.values(), default=None), note)
                 print(f"{name}: {items} items in {wall:.1f} s ({arms[name].items_s:.2f}/s), {served}", flush=True)
+                progress(arms)
     return arms, facts
 
 
@@ -422,21 +423,27 @@ def main() -> None:
     dtype = choose_dtype("auto", {"gpu" if args.device == "cuda" else "cpu"}, settings.cpu).dtype
     facts: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": dtype, "limit": args.limit,
                              "num_fewshot": args.num_fewshot, "cuda_graphs": args.cuda_graphs}
+    def save(arms: dict[str, Arm], ceil: dict[str, float], roof: dict[str, float]) -> None:
+        # written after every arm too, so that a run cut short keeps the arms it finished
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"facts": facts, "ceiling_s": ceil, "roofline_s": roof,
+                                            "rows": rows(arms, ceil, roof)}, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        arms, served = served_arms(args, settings, dtype, tmp)
+        arms, served = served_arms(args, settings, dtype, tmp, progress=lambda a: save(a, {}, {}))
         facts["server"] = served
         if "lmeval_offline" in args.only:  # the server has stopped: the offline engine has the device alone
             arms["lmeval_offline"] = lmeval_offline(args, settings, dtype, tmp)
+            save(arms, {}, {})
         ceil = ceiling(args, settings, dtype, arms, tmp) if "ceiling" in args.only else {}
     roof, facts["roofline"] = gpu_roofline(args, settings, arms)
     out = rows(arms, ceil, roof)
     print(f"\n{args.model} on {args.device} ({dtype}), limit {args.limit}, {args.num_fewshot}-shot {MC_TASK}\n")
     print(table(out))
+    save(arms, ceil, roof)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"facts": facts, "ceiling_s": ceil, "roofline_s": roof, "rows": out},
-                                       indent=1) + "\n")
         print(f"\nJSON: {args.out}")
 
 
