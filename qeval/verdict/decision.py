@@ -164,8 +164,10 @@ def decide(s: Subject) -> Decision:
         return out("gain_not_shown", _blocking(missed, s.inconclusive))
     deep = deepest(tuple(quality))
     warned = [f"{g.suite}/{g.metric}" for g in s.gates if g.verdict == "WARN"]
+    passed = sum(g.verdict == "PASS" for g in perf)
     because = (f"every quality gate passes ({len(quality)}" + (f", incl. {', '.join(deep)}" if deep else "") + ")"
-               + (f"; every performance gate passes ({len(perf)})" if perf else "")
+               + ("" if not perf else f"; every performance gate passes ({passed})" if passed == len(perf)
+                  else f"; {passed} of {len(perf)} performance gates pass")
                + (f"; WARN: {', '.join(warned)}" if warned else ""))
     return out("turn_on", because)
 

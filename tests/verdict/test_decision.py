@@ -58,7 +58,8 @@ def test_a_warn_does_not_stop_it_and_is_named():
     warn = _gate("max_output_throughput", "WARN", "ratio_missed", suite="perf", mode="ratio", margin=1.0,
                  action="warn", delta=0.9)
     d = decide(_subject([*QUALITY, warn], figures={**DOUBLED, "max_output_throughput": 900.0}))
-    assert d.outcome == "turn_on" and "WARN: perf/max_output_throughput" in d.because
+    assert d.outcome == "turn_on" and d.because.endswith("; 0 of 1 performance gates pass; WARN: "
+                                                        "perf/max_output_throughput")
     assert "output throughput at saturation 0.90x" in d.figures
 
 
