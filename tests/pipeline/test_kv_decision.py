@@ -133,3 +133,14 @@ def test_a_kv_campaign_says_of_each_kv_and_serving_variant_whether_it_may_be_tur
     assert "Recommended: kv-fp8 (the most KV cache tokens" in (res.run_dir / "summary.md").read_text()
     html = (res.run_dir / "report.html").read_text()
     assert "may be turned on" in html and "do not turn it on" in html
+    # MLflow: each KV or serving variant's run is tagged with its outcome and its line
+    from mlflow.tracking import MlflowClient
+
+    from qeval.tracking.mlflow import default_tracking_uri, log_record
+
+    uri = default_tracking_uri(tmp_path)
+    out = log_record(rec, res.run_dir, uri)
+    runs = {r.info.run_name: r.data.tags for r in MlflowClient(tracking_uri=uri).search_runs(
+        [out["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")}
+    assert (runs["kv-fp8"]["qeval.decision"], runs["lossy-kv"]["qeval.decision"]) == ("turn_on", "shown_worse")
+    assert runs["flash"]["qeval.decision_text"] == flash.text and "qeval.decision" not in runs["base"]
