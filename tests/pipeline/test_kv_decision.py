@@ -125,7 +125,11 @@ def test_a_kv_campaign_says_of_each_kv_and_serving_variant_whether_it_may_be_tur
     flash = by["flash"].decision
     assert flash.text.startswith("flash (changes: attention_backend unset -> FLASH_ATTN): may be turned on")
     assert "KV capacity 1.00x" in flash.text and by["base"].decision is None
-    # the verdict's log, the report and the CI summary say the same lines; the recommendation ranks by KV capacity
+    # `qeval run`'s output under the verdict table, the run's log, the report and the CI summary say the same
+    # lines; the recommendation ranks by KV capacity
+    from qeval.cli import decision_lines
+
+    assert decision_lines(rec) == [f"decision: {by[n].decision.text}" for n in ("kv-fp8", "lossy-kv", "flash")]
     for d in (by["kv-fp8"].decision, lossy, flash):
         assert f"decision: {d.text}" in said
         assert f"- {d.text}" in Path(res.report_path).read_text()
