@@ -103,6 +103,13 @@ def verdict_table(record) -> Table:
     return t
 
 
+def decision_lines(record) -> list[str]:
+    """Under the verdict table: may each variant that changes the KV cache or a serving setting be turned on."""
+    from .verdict.decision import for_record
+
+    return [f"decision: {d.text()}" for d in for_record(record)]
+
+
 def savings_lines(record) -> list[str]:
     """Under the verdict table: the items each variant's sequential gates (and skipped suites) saved."""
     from .report.markdown import duration
@@ -255,6 +262,8 @@ def _run_or_finish(config: Path, no_mlflow: bool, action) -> None:
         raise typer.Exit(128 + signum) from None
     rec = result.record
     out.print(verdict_table(rec))
+    for line in decision_lines(rec):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in savings_lines(rec):
         out.print(line, highlight=False, markup=False)
     out.print(f"report:  {result.report_path}")

@@ -14,7 +14,8 @@ CAMPAIGNS = sorted((ROOT / "examples").glob("*.yaml")) + sorted((ROOT / "benchma
 def test_the_examples_are_there():
     names = {p.name for p in CAMPAIGNS}
     assert {"demo.yaml", "demo-sequential.yaml", "gemma.yaml", "grid.yaml", "schemes.yaml", "noise-floor.yaml",
-            "simulated.yaml", "gpu-quick.yaml", "gpu-smollm2.yaml", "gpu-llama8b.yaml"} <= names
+            "simulated.yaml", "gpu-quick.yaml", "gpu-smollm2.yaml", "gpu-llama8b.yaml", "kv-cache.yaml",
+            "gpu-kv-cache.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -208,7 +208,7 @@ def test_what_a_run_measured_is_declared_once():
     """A fact of a variant's run is a field of Measured: the outcome carries one, the record's entry extends it
     (its fields where the record has always had them), and a name it does not declare is refused, not lost."""
     own = ["status", "error", "suites", "distribution", "flips", "probe", "probe_requests", "grid", "changes",
-           "serving_diff", "perf_not_applicable", "imported", "strata"]
+           "serving_diff", "perf_not_applicable", "imported", "strata", "decision"]
     assert list(VariantResult.model_fields) == [*Named.model_fields, *Measured.model_fields, *own]
     assert list(Named.model_fields) == ["name", "method", "role"]
     assert Measured.served() == ("quantize_seconds", "engine", "engine_version", "startup_seconds", "restarts",

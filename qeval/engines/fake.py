@@ -13,6 +13,7 @@ decides the answers, and its content hash keys the results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, MissingEnvError
 from ..settings import Runtime
+from .base import EngineMemory
 from .capabilities import ECHO_LOGPROBS, Capabilities
 from .capacity import Capacity
 from .registry import ENGINES
@@ -67,8 +69,9 @@ class FakeEngineSpec(BaseModel):
     # a local fake answers /health at once: its watchdog can look often and give up soon
     watchdog_interval_s: float = Field(0.2, gt=0)
     watchdog_timeout_s: float = Field(1.0, gt=0)
-    # the KV cache it says it holds once up (as vLLM's log does), for tests of suites sized from it; None: it
-    # cannot say, as an external endpoint
+    # the KV cache it says it holds once up (as vLLM's log does), for tests of suites sized from it and of the KV
+    # capacity a variant gains (served with an FP8 KV cache it holds twice as many, as vLLM's does in the same
+    # memory); None: it cannot say, as an external endpoint
     kv_cache_tokens: int | None = Field(None, gt=0)
     # a needle prompt (suites/needle.py) is answered with its needle's value where the needle lies within this
     # many tokens of the prompt's end, else with a wrong one; None: found at any distance
@@ -112,7 +115,7 @@ class FakeEngine(VllmEngine):
     # echo prompt logprobs with alternatives, vLLM's /metrics names; no tokenizer a client could load (so no
     # lm-eval), but its /tokenize gives out ids that its completions take back
     capabilities = Capabilities(prompt_logprobs=ECHO_LOGPROBS, token_prompts=False, metrics=(METRICS,),
-                                memory=("rss_bytes",))
+                                memory=("rss_bytes", "kv_cache_tokens"))
     health_poll_s = 0.02
 
     def __init__(self, *, variant: "ServedVariant", checkpoint: Path | None, spec: "EngineSpec",
@@ -140,10 +143,19 @@ class FakeEngine(VllmEngine):
     def tokenizer(self) -> None:
         return None  # text prompts only
 
+    def kv_tokens(self) -> int | None:
+        """The tokens its KV cache holds: its FakeEngineSpec's, twice that with an FP8 KV cache (half the bytes a
+        token)."""
+        n = self.fake.kv_cache_tokens
+        return None if n is None else n * (2 if self.spec.kv_cache_dtype.startswith("fp8") else 1)
+
     def capacity(self) -> Capacity | None:
-        if self.fake.kv_cache_tokens is None:
+        if self.kv_tokens() is None:
             return None
-        return Capacity(kv_tokens=self.fake.kv_cache_tokens, max_num_seqs=self.spec.max_num_seqs or 128)
+        return Capacity(kv_tokens=self.kv_tokens(), max_num_seqs=self.spec.max_num_seqs or 128)
+
+    def memory(self) -> EngineMemory:
+        return dataclasses.replace(super().memory(), kv_cache_tokens=self.kv_tokens())
 
     def start(self):
         self.starts += 1

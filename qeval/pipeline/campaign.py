@@ -22,9 +22,10 @@ from ..executors.base import make_executor
 from ..executors.outcome import VariantOutcome
 from ..machine.hardware import DtypeChoice
 from ..progress import PlainReporter, Reporter
-from ..record.run import Measured, RunRecord, VariantResult, prior_run
+from ..record.run import Measured, RunRecord, SettingDecision, VariantResult, prior_run
 from ..settings import Settings
 from ..record.store import ResultsStore
+from ..verdict.decision import for_record as decisions
 from .environment import environment
 from .judge import Judgement, judge, load_probe, summarize
 from .plan import (Plan, VariantPlan, campaign_dtype, engine_spec, plan, preflight, variant_key,
@@ -69,10 +70,14 @@ def judged(record: RunRecord, j: Judgement) -> RunRecord:
                                     "serving_diff": list(changed.serving_diff) if changed else r.serving_diff,
                                     "perf_not_applicable": dict(j.perf_not_applicable.get(r.name, {}))})
 
-    return record.model_copy(update={
+    out = record.model_copy(update={
         "variants": [entry(r) for r in record.variants], "comparisons": list(j.comparisons),
         "noise_floor": j.noise_floor, "multiplicity": j.multiplicity, "inconclusive": j.inconclusive,
         "gates": list(j.gates), "verdicts": dict(j.verdicts), "verdict": j.verdict})
+    # a KV-cache or serving variant's decision reads its gates, changes and figures as just written
+    decided = {d.variant: SettingDecision(outcome=d.outcome, text=d.text()) for d in decisions(out)}
+    return out.model_copy(update={"variants": [v.model_copy(update={"decision": decided.get(v.name)})
+                                               for v in out.variants]})
 
 
 def _now() -> str:

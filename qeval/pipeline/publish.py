@@ -19,6 +19,7 @@ def publish(record: "RunRecord", run_dir: Path, record_path: Path, cfg: "Campaig
     """Write the report, then log the record to MLflow. A tracking failure keeps the record local. Returns the
     record as saved (with where it was tracked, or why not) and the report's files by name ("report" the
     summary)."""
+    from ..verdict.decision import for_record as decisions
     from ..verdict.recommend import for_record
     from ..report import write_all
     from ..tracking.mlflow import log_record
@@ -27,6 +28,8 @@ def publish(record: "RunRecord", run_dir: Path, record_path: Path, cfg: "Campaig
     export_items(record, run_dir)
     paths = write_all(record, run_dir)
     log(for_record(record).text())  # the CI log's line for the release manager, as in summary.md
+    for d in decisions(record):  # and each KV-cache or serving variant's decision
+        log(f"decision: {d.text()}")
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.uri(cfg.output_dir, os.environ)
         use_server = cfg.mlflow.server and not cfg.mlflow.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")

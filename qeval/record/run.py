@@ -49,6 +49,19 @@ GateFinding = Literal["shown_within", "shown_worse", "shown_better", "not_shown_
                       "ratio_met", "ratio_missed", "not_measured", "simulated", "insufficient_data"]
 
 
+# a KV-cache or serving variant's answer to "may it be turned on?" (qeval/verdict/decision.py has the order they
+# are looked for in): every gate passes; a quality gate shows it worse than the margin; one does not show it within
+# (or no quality gate judged it); every quality gate passes but a performance gate does not; not evaluated
+DecisionOutcome = Literal["turn_on", "shown_worse", "not_shown_safe", "gain_not_shown", "not_evaluated"]
+
+
+class SettingDecision(_Model):
+    """The decision line of a variant that changes the KV cache or a serving setting, and its outcome."""
+
+    outcome: DecisionOutcome
+    text: str  # "kv-fp8 (changes: kv_cache_dtype auto -> fp8): may be turned on — every quality gate passes ..."
+
+
 class SuiteSummary(_Model):
     suite: str  # "custom/<name>" or "lm_eval/<task>"
     key: str
@@ -147,6 +160,9 @@ class VariantResult(Measured, Named):
     perf_not_applicable: dict[str, str] = {}
     imported: ImportedSource | None = None  # method `results`: the files another evaluator wrote, read not served
     strata: dict[str, Strata] = {}  # per suite that has them: its figures per stratum (a long corpus: per depth)
+    # a variant that changes the KV cache or a serving setting: may it be turned on (None: any other variant, or a
+    # record written before decisions)
+    decision: SettingDecision | None = None
 
     @classmethod
     def of(cls, measured: Measured, **rest: Any) -> "VariantResult":

@@ -32,10 +32,12 @@ TEMPLATE = """\
 {{ "Simulated (quality judged on the scheme's dequantized weights; weights, memory and speed are the dense model's, so performance rules show nothing; probed only where `probe: {simulated: true}` asks):" if loop.first }}
 - {{ v.name }}: {{ v.simulated }}
 {% endfor %}
-{% for v in r.variants if v.role == "variant" and (v.changes or v.perf_not_applicable) %}
-{{ "What each variant changes against the baseline (a performance rule gates the variants whose changes it answers for):" if loop.first }}
+{% set changed = r.variants | selectattr("role", "equalto", "variant") | list %}{% if changed | selectattr("changes") | list or changed | selectattr("perf_not_applicable") | list %}
+What each variant changes against the baseline (a performance rule gates the variants whose changes it answers for):
+
+{% for v in changed if v.changes or v.perf_not_applicable -%}
 - {{ v.name }}: {{ differs(v.changes, v.serving_diff) }}{% for rule, why in v.perf_not_applicable.items() %}; `{{ rule }}` not applicable ({{ why }}){% endfor %}
-{% endfor %}
+{% endfor %}{% endif %}
 {% if imported %}
 ## Source
 
@@ -57,6 +59,12 @@ shared item to be asked the same way (its prompt and document hashes).
 {% endfor %}{% endfor %}{% endfor %}{% endfor %}
 {% endif %}
 **{{ rec.text() }}**
+{% if decided %}
+May each variant that changes the KV cache or a serving setting be turned on (its gates, what sets it apart from the baseline, its KV capacity and throughput against the baseline's):
+
+{% for d in decided -%}
+- {{ d.text() }}
+{% endfor %}{% endif %}
 
 Not evaluated:
 
@@ -339,7 +347,8 @@ Items saved by stopping early: {{ num(saved.saved) }} of {{ num(saved.planned) }
 
 {% endif -%}
 {{ rec.text() }}
-"""
+{% for d in decided %}{{ "\n" if loop.first }}- {{ d.text() }}
+{% endfor %}"""
 
 
 # a shape beside the word, so that a verdict reads the same printed in black and white
@@ -501,6 +510,7 @@ def _compiled(template: str) -> jinja2.Template:
 
 
 def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
+    from ..verdict.decision import for_record as decisions
     from ..verdict.recommend import for_record
     from .differences import differences
 
@@ -534,7 +544,7 @@ def _render(template: str, r: RunRecord, look: Look | None = None) -> str:
         said=lambda g: qualifier(g, r.inconclusive),  # beside a gate's verdict: "worse than the margin"
         served=served, note=note, sv=sv, served_view=any(served(v) for v in r.variants),
         imported=[v for v in r.variants if v.imported], base=lambda p: Path(p).name, short=_short,
-        r=r, look=look or MarkdownLook(), rec=for_record(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(st.axis == "depth" for v in r.variants for st in v.strata.values()),
+        r=r, look=look or MarkdownLook(), rec=for_record(r), decided=decisions(r), not_evaluated=not_evaluated(r), suites=suites, probed=any(v.probe for v in r.variants), dist=any(v.distribution for v in r.variants), strata=any(st.axis == "depth" for v in r.variants for st in v.strata.values()),
         needle_table=needle_table, needles=[(v, suite, st) for v in r.variants for suite, st in sorted(v.strata.items())
                  if st.axis == "length x depth" and st.cells], score=score, mib=_mib, per_gpu=_per_gpu, secs=lambda x: _fmt(x, ".0f") + (" s" if x is not None else ""),
         # a step whose every request failed has no percentiles (NaN, saved as null): "-", not a crash

@@ -19,6 +19,7 @@ import pandas as pd
 from ..methods import scheme_params
 from ..record.run import RunRecord, VariantResult, changes_text
 from ..record.measurements import Grid, metric_segment
+from ..verdict.decision import for_record as decisions
 from ..verdict.recommend import for_record
 from ..verdict.savings import savings
 from .compare import compare_artifact, compare_prefix, compared, comparisons_of, shown_verdict
@@ -218,6 +219,7 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
     runs = {v.name: kids.get(v.name) or client.create_run(exp_id, run_name=v.name, tags={"mlflow.parentRunId": pid})
             for v in record.variants}
     base = next((runs[v.name].info.run_id for v in record.variants if v.role == "baseline"), None)
+    decided = {d.variant: d for d in decisions(record)}
     with tempfile.TemporaryDirectory() as tmp:
         for v in record.variants:
             child = runs[v.name]
@@ -230,6 +232,9 @@ def log_record(record: RunRecord, run_dir: Path, tracking_uri: str, experiment: 
                      # what it changes against the baseline, which decides the performance rules that gate it
                      **({"qeval.changes": ",".join(v.changes), "qeval.differs": changes_text(v.changes, v.serving_diff)}
                         if v.changes else {}),
+                     # a KV-cache or serving variant: may it be turned on (the outcome, and the line that says why)
+                     **({"qeval.decision": decided[v.name].outcome, "qeval.decision_text": decided[v.name].text()[:5000]}
+                        if v.name in decided else {}),
                      **gate_tags(record, v.name)}
             figures = variant_metrics(record, v.name) | (compare_metrics(record, v.name, base) if base else {})
             _upsert(client, child, vparams, vtags, figures, probe_history(record, v.name), now)

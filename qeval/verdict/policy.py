@@ -124,7 +124,9 @@ class PerfRule(Strict):
 class Recommend(Strict):
     """How the report picks the variant to recommend among those that pass every gate."""
 
-    by: Literal["weights_memory", "throughput_at_slo"] = "weights_memory"  # the least memory, or the most tok/s
+    # the least weights memory, the most output tok/s at the SLO, or the most KV cache tokens (variants that change
+    # the KV cache over the same weights: their weights tie)
+    by: Literal["weights_memory", "throughput_at_slo", "kv_capacity"] = "weights_memory"
 
 
 class GatePolicy(Strict):

@@ -1,8 +1,9 @@
 """The recommendation: the cheapest variant that passes every gate, or, when none does, the closest one and
 the gate that stopped it. Pure: the record's verdicts, gates and figures in, a frozen answer out.
 
-"Cheapest" is what the policy's `recommend.by` says: the least weights memory (default) or the most output
-tokens/s at the latency SLO. "Closest" is the evaluated variant with the fewest gates not passed (FAIL,
+"Cheapest" is what the policy's `recommend.by` says: the least weights memory (default), the most output
+tokens/s at the latency SLO, or the most KV cache tokens (kv_capacity: for variants that change the KV cache,
+whose weights are the baseline's). "Closest" is the evaluated variant with the fewest gates not passed (FAIL,
 INCONCLUSIVE, or NOT_RUN after another gate failed it), then the smallest total shortfall, each gate's measured in units of its own margin: how far
 its lower bound sits below -margin (a performance gate: how far its ratio misses the bound; an
 INCONCLUSIVE gate whose bound clears -margin: 0; a gate with no figure, a NOT_RUN one too: infinite), then campaign order.
@@ -19,7 +20,7 @@ from .findings import label
 if TYPE_CHECKING:
     from ..record.run import GateResult, RunRecord
 
-By = Literal["weights_memory", "throughput_at_slo"]
+By = Literal["weights_memory", "throughput_at_slo", "kv_capacity"]
 FAILING = ("FAIL", "INCONCLUSIVE")  # WARN never stops a variant
 # a gate skipped once another had failed the variant (stop_variant_on_fail) is unknown: never a pass
 NOT_PASSED = (*FAILING, "NOT_RUN")
@@ -43,6 +44,7 @@ class Candidate:
     verdict: str
     weights_bytes: float | None = None
     throughput_at_slo: float | None = None
+    kv_cache_tokens: float | None = None
     failures: tuple[Failure, ...] = ()  # in the gates table's order
 
 
@@ -59,10 +61,9 @@ class Recommendation:
         """One line, as the report, the CI summary and the MLflow tag give it."""
         if self.chosen is not None:
             c = self.chosen
-            what = "the least weights memory" if self.by == "weights_memory" else "the most output tokens/s at the SLO"
             how = (f"no {_FIGURE[self.by]} measured for it, picked in campaign order" if self.unranked
-                   else f"{what} among the {self.passing} variant(s) that pass every gate")
-            return f"Recommended: {c.name} ({how}): {figures(c)}"
+                   else f"{_MOST[self.by]} among the {self.passing} variant(s) that pass every gate")
+            return f"Recommended: {c.name} ({how}): {figures(c, self.by)}"
         if self.closest is None:
             return "No variant to recommend: none was evaluated"
         c, first = self.closest, self.closest.failures[0]
@@ -70,18 +71,28 @@ class Recommendation:
                 f"not passed); first failing gate: {first.gate}: {first.verdict} ({first.reason})")
 
 
-_FIGURE = {"weights_memory": "weights memory", "throughput_at_slo": "throughput at the SLO"}
+_FIGURE = {"weights_memory": "weights memory", "throughput_at_slo": "throughput at the SLO",
+           "kv_capacity": "KV cache capacity"}
+_MOST = {"weights_memory": "the least weights memory", "throughput_at_slo": "the most output tokens/s at the SLO",
+         "kv_capacity": "the most KV cache tokens"}
 
 
-def figures(c: Candidate) -> str:
+def figures(c: Candidate, by: By = "weights_memory") -> str:
     w = "-" if c.weights_bytes is None else f"{c.weights_bytes / 2**20:,.0f} MiB"
     t = "-" if c.throughput_at_slo is None else f"{c.throughput_at_slo:,.1f}"
-    return f"weights {w}, output tok/s at the SLO {t}"
+    kv = "" if by != "kv_capacity" else ", KV cache " + (
+        "-" if c.kv_cache_tokens is None else f"{c.kv_cache_tokens:,.0f}") + " tokens"
+    return f"weights {w}, output tok/s at the SLO {t}{kv}"
+
+
+def _figure(c: Candidate, by: By) -> float | None:
+    return {"weights_memory": c.weights_bytes, "throughput_at_slo": c.throughput_at_slo,
+            "kv_capacity": c.kv_cache_tokens}[by]
 
 
 def recommend(candidates: Sequence[Candidate], by: By = "weights_memory", gates_of: dict[str, int] | None = None
               ) -> Recommendation:
-    """The cheapest candidate whose verdict is PASS; ties go to the other figure, then campaign order.
+    """The cheapest candidate whose verdict is PASS; ties go to the other figure(s), then campaign order.
     `gates_of`: how many gates each candidate had (for the closest one's "k of n")."""
     order = {c.name: i for i, c in enumerate(candidates)}
     passing = [c for c in candidates if c.verdict == "PASS"]
@@ -89,11 +100,12 @@ def recommend(candidates: Sequence[Candidate], by: By = "weights_memory", gates_
         def cost(c: Candidate) -> tuple:
             w = math.inf if c.weights_bytes is None else c.weights_bytes
             t = -math.inf if c.throughput_at_slo is None else c.throughput_at_slo
-            main, other = (w, -t) if by == "weights_memory" else (-t, w)
-            return main, other, order[c.name]
+            kv = -math.inf if c.kv_cache_tokens is None else c.kv_cache_tokens
+            first = {"weights_memory": (w, -t), "throughput_at_slo": (-t, w), "kv_capacity": (-kv, w, -t)}[by]
+            return *first, order[c.name]
 
         best = min(passing, key=cost)
-        missing = (best.weights_bytes if by == "weights_memory" else best.throughput_at_slo) is None
+        missing = _figure(best, by) is None
         return Recommendation(by=by, chosen=best, passing=len(passing), unranked=missing)
     failed = [c for c in candidates if c.verdict in FAILING and c.failures]
     if not failed:
@@ -127,7 +139,8 @@ def candidates(r: "RunRecord") -> list[Candidate]:
                       for g in r.gates if g.variant == v.name and g.verdict in NOT_PASSED)
         out.append(Candidate(name=v.name, verdict=r.verdicts.get(v.name, "NOT_EVALUATED"),
                              weights_bytes=perf.get("weights_bytes"),
-                             throughput_at_slo=perf.get("output_throughput_at_slo"), failures=fails))
+                             throughput_at_slo=perf.get("output_throughput_at_slo"),
+                             kv_cache_tokens=perf.get("kv_cache_tokens"), failures=fails))
     return out
 
 

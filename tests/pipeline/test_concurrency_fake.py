@@ -61,7 +61,7 @@ def test_the_record_says_the_requests_in_flight_of_each_variant_and_suite(tmp_pa
     assert {v["name"]: v["concurrency"] for v in run_json["variants"] if v["role"] != "noise"} == \
         {n: c for n, (c, _) in got.items()}
     report = (tmp_path / "runs" / "conc" / "report.md").read_text()
-    assert ("- base: custom/facts 11; custom/sums 3 (its engine: max_num_seqs 16)\n"
+    assert ("- base: custom/facts 11; custom/sums 3 (its engine: max_num_seqs 16, KV cache 300 tokens)\n"
             "- w: custom/facts 8; custom/sums 3\n") in report
 
 
