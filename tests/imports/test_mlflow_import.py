@@ -4,6 +4,7 @@ and code scorers, no judge model): read item by item as compare_evaluations read
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,9 @@ def _evaluate(names: dict[str, set[int]], store: Path, extra=None) -> dict[str, 
         return lambda question: "wrong" if int(question[1:]) in wrong else f"a{question[1:]}"
 
     data = [{"inputs": {"question": f"q{i}"}, "expectations": {"expected_response": f"a{i}"}} for i in range(QUESTIONS)]
-    before = mlflow.get_tracking_uri()
+    # MLflow keeps its tracking URI in the environment: put back exactly what was there (None: unset), or
+    # every later test and its subprocesses would log to this store, or to ./mlflow.db
+    before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(f"sqlite:///{store}")
     try:
         mlflow.set_experiment("quantized")
@@ -54,6 +57,7 @@ def _evaluate(names: dict[str, set[int]], store: Path, extra=None) -> dict[str, 
         return ids
     finally:
         mlflow.set_tracking_uri(before)
+        assert os.environ.get("MLFLOW_TRACKING_URI") == before
 
 
 @pytest.fixture(scope="module")
