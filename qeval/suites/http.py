@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -49,18 +51,19 @@ def encode(payload: Any) -> bytes:
 
 @dataclass(frozen=True)
 class Client:
-    """One session to one endpoint: its headers (the API key's bearer) on every request, and a url without
-    a scheme under `base_url`."""
+    """One session to one endpoint: its headers (the API key's bearer) on every request, a url without a
+    scheme under `base_url`, through `proxy` where one is set."""
 
     session: aiohttp.ClientSession
     base_url: str
+    proxy: str | None = None
 
     def url(self, url: str) -> str:
         return url if "://" in url else self.base_url.rstrip("/") + url
 
     async def post(self, url: str, payload: Any) -> Any:
         """The parsed JSON answer to one POST, tried once; an error status raises HttpStatus."""
-        async with self.session.post(self.url(url), data=encode(payload),
+        async with self.session.post(self.url(url), data=encode(payload), proxy=self.proxy,
                                      headers={"Content-Type": "application/json"}) as r:
             body = await r.read()
             if r.status >= 400:
@@ -94,13 +97,21 @@ def describe(e: Exception | None) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), as httpx took it."""
+    parts = urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
 @asynccontextmanager
 async def session(endpoint: Endpoint, timeout_s: float, concurrency: int) -> AsyncIterator[Client]:
     """A client to `endpoint` that holds at most `concurrency` connections, each kept alive between requests.
     `timeout_s` bounds connecting and each wait for the server's next bytes (a whole non-streamed answer),
-    not the wait for a free connection. Proxies come from the environment, as they did through httpx."""
+    not the wait for a free connection. The proxy is read from the environment once: aiohttp's `trust_env`
+    would look it up (and ~/.netrc) on a thread for every request, the most of its CPU per request."""
     connector = aiohttp.TCPConnector(limit=max(1, concurrency), ssl=tls_verify(endpoint.base_url))
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=endpoint.headers,
-                                     trust_env=True) as s:
-        yield Client(s, endpoint.base_url)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=endpoint.headers) as s:
+        yield Client(s, endpoint.base_url, env_proxy(endpoint.base_url))

@@ -12,7 +12,7 @@ import pytest
 
 from qeval.engines import Endpoint
 from qeval.errors import EngineError
-from qeval.suites.http import session
+from qeval.suites.http import env_proxy, session
 from tests.loopback import Loopback, js
 
 OK = js({"choices": [{"text": "Paris"}]})
@@ -135,3 +135,18 @@ def test_at_most_concurrency_requests_reach_the_server_at_once():
     with server as root:
         got = asyncio.run(main(endpoint(root)))
     assert len(got) == 8 and len(server.seen) == 8 and most[0] == 2
+
+
+def test_the_proxy_the_environment_names_is_used(monkeypatch):
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    proxy = Loopback({"POST http://engine.invalid/v1/completions": OK})
+    with proxy as root:
+        monkeypatch.setenv("HTTP_PROXY", root)
+        monkeypatch.setenv("http_proxy", root)
+        assert env_proxy("http://engine.invalid/v1") == root
+        assert post(Endpoint(base_url="http://engine.invalid/v1", model="m", tokenizer=None, engine="vllm")) == "Paris"
+        monkeypatch.setenv("NO_PROXY", "engine.invalid")
+        monkeypatch.setenv("no_proxy", "engine.invalid")
+        assert env_proxy("http://engine.invalid/v1") is None
+    assert [route for route, _ in proxy.seen] == ["POST http://engine.invalid/v1/completions"]
