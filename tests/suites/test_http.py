@@ -4,7 +4,6 @@ error that names the request, the headers and body it sends, its timeouts and it
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 
