@@ -22,27 +22,32 @@ def js(body: object, status: int = 200) -> Answer:
 
 class Loopback:
     """`with Loopback({"GET /metrics": text(...)}) as root:` serves on 127.0.0.1; any other route is 404.
-    Every request body is kept in `.seen` as (method and path, body)."""
+    Every request body is kept in `.seen` as (method and path, body), its headers in `.headers`."""
 
     def __init__(self, routes: dict[str, Route]):
         self.seen: list[tuple[str, bytes]] = []
+        self.headers: list[dict[str, str]] = []
         routes = {k: (list(v) if isinstance(v, list) else v) for k, v in routes.items()}
-        seen = self.seen
+        seen, heads = self.seen, self.headers
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, method: str) -> None:
                 key = f"{method} {self.path}"
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 seen.append((key, body))
+                heads.append({k.lower(): v for k, v in self.headers.items()})
                 route = routes.get(key)
                 if isinstance(route, list):
                     route = route.pop(0) if len(route) > 1 else route[0]
                 status, ctype, out = route(body) if callable(route) else (route or (404, "text/plain", b"not found"))
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up waiting (a test of its timeout): nothing to answer
 
             def do_GET(self):  # noqa: N802 (http.server's names)
                 self._answer("GET")

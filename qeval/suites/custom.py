@@ -9,17 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
 from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 
 from ..engines import Endpoint
-from ..engines.base import tls_verify
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError
 from ..hashing import file_hash, key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous, indicator
 from ..validation import Name, Strict, error_message, keys_at, non_defaults, parse_model, read_yaml, unknown_key
 from ..record.store import Record
 from .base import InFlight, ItemSuite, Part, SuiteRun, requests_in_flight, run_items
+from .http import session
 from .scorers import Scorer, build_scorer
 from .scorers import ScorerSpec
 from .spec import GenerationSpec
@@ -256,27 +255,14 @@ async def _run(suite: CustomSuite, endpoint: Endpoint, todo: list[Item], sink: C
                concurrency: int, timeout_s: float, retries: int, retry_backoff_s: float) -> None:
     gen = suite.descriptor.generation
     sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, limits=limits,
-                                 headers=endpoint.headers, verify=tls_verify(endpoint.base_url)) as client:
+    async with session(endpoint, timeout_s, concurrency) as client:
 
         async def ask(item: Item, seed: int) -> str:
             path, payload = _request(item, gen, endpoint.model, seed)
-            last: Exception | None = None
             async with sem:
-                for _ in range(retries + 1):
-                    try:
-                        r = await client.post(path, json=payload)
-                        if r.status_code < 500:
-                            r.raise_for_status()
-                            break
-                        last = httpx.HTTPStatusError(f"{r.status_code}", request=r.request, response=r)
-                    except (httpx.TransportError, httpx.TimeoutException) as e:
-                        last = e
-                    await asyncio.sleep(retry_backoff_s)
-                else:
-                    raise EngineError(f"suite {suite.name}: item {item.id!r} failed after {retries + 1} tries: {last}")
-            return _text(path, r.json())
+                return await client.post_json(path, payload, what=f"suite {suite.name}: item {item.id!r}",
+                                              retries=retries, retry_backoff_s=retry_backoff_s,
+                                              parse=lambda body: _text(path, body))
 
         async def one(item: Item) -> None:
             seeds = sample_seeds(item.id, gen.samples)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-import httpx
 import numpy as np
 
 from ..engines import Endpoint
@@ -26,6 +25,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..quantize.calibration import calibration_texts
 from ..record.store import Record
+from .http import Client
 from .prompt_logprobs import fetch_logprobs, gather_bounded
 from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
 from .spec import LogprobsSuiteRef
@@ -183,7 +183,7 @@ def _route(endpoint: Endpoint) -> PromptLogprobsRoute:
     return route
 
 
-async def _score(client: httpx.AsyncClient, endpoint: Endpoint, i: int, text: str, k: int, retries: int,
+async def _score(client: Client, endpoint: Endpoint, i: int, text: str, k: int, retries: int,
                  retry_backoff_s: float) -> Record:
     """One chunk's record, its text as the prompt by the engine's own route."""
     route = _route(endpoint)
@@ -211,7 +211,7 @@ def run_logprobs(suite: LogprobsSuite, endpoint: Endpoint, done: set[str], sink:
                  concurrency: int = CONCURRENCY, timeout_s: float = 300, retries: int = 2, retry_backoff_s: float = 1.0) -> int:
     todo = [(i, c) for i, c in enumerate(suite.chunks) if f"{i:04d}" not in done]
 
-    async def one(client: httpx.AsyncClient, i: int, text: str) -> None:
+    async def one(client: Client, i: int, text: str) -> None:
         sink([await _score(client, endpoint, i, text, suite.top_k, retries, retry_backoff_s)])
 
     gather_bounded(endpoint, timeout_s, concurrency,

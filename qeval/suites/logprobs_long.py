@@ -18,16 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-import httpx
 import numpy as np
 
 from ..engines import Endpoint
-from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..record.store import Record
 from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
+from .http import Client, session
 from .prompt_logprobs import fetch_logprobs, gather_bounded
 from .corpora import Document, candidates, named_key
 from .spec import LogprobsSuiteRef
@@ -127,13 +126,12 @@ class LongLogprobsSuite:
             raise ConfigError(f"the {endpoint.engine} engine has no tokenize route: {self.suite} cannot run on it")
         root = endpoint.base_url.rstrip("/").removesuffix("/v1")
         out: list[tuple[Document, list[int]]] = []
-        async with httpx.AsyncClient(timeout=timeout_s, headers=endpoint.headers,
-                                     verify=tls_verify(endpoint.base_url)) as client:
+        async with session(endpoint, timeout_s, 1) as client:
             for doc in self.documents_from:
                 url, body = route.request(endpoint, doc.text)
-                r = await client.post(url if "://" in url else root + url, json=body)
-                r.raise_for_status()
-                tok = route.parse(r.json())
+                tok = await client.post_json(url if "://" in url else root + url, body, parse=route.parse,
+                                             what=f"{self.suite}: tokenizing {doc.name}", retries=0,
+                                             retry_backoff_s=0)
                 if tok.max_model_len is not None and self.document_tokens > tok.max_model_len:
                     raise EngineError(f"{self.suite}: document_tokens {self.document_tokens} exceeds the served "
                                       f"context of {tok.max_model_len} tokens")
@@ -150,7 +148,7 @@ class LongLogprobsSuite:
         assert route is not None and tok is not None  # the plan refuses an engine without them
         todo = [(i, d, ids) for i, (d, ids) in enumerate(chosen) if f"doc-{i:02d}" not in done]
 
-        async def one(client: httpx.AsyncClient, i: int, doc: Document, ids: list[int]) -> None:
+        async def one(client: Client, i: int, doc: Document, ids: list[int]) -> None:
             url, body = route.request(endpoint, "", self.top_k)
             body = {**body, "prompt": tok.prompt(ids)}  # the ids, cut at the length: exact in tokens
             lp = await fetch_logprobs(client, route, url, body, f"{self.suite}: document {i}", retries, retry_backoff_s)

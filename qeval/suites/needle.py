@@ -20,16 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import httpx
 import numpy as np
 
 from ..engines import Endpoint
-from ..engines.base import tls_verify
 from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, indicator
 from ..record.store import Record
 from .base import InFlight, ItemSuite, Pairing, Part, SuiteRun, View, requests_in_flight, run_items
+from .http import session
 from .logprobs_long import tokens_label
 from .needle_items import REPEAT, Haystack, NeedleItem, assemble, layout, sentences
 from .spec import NeedleSuiteRef
@@ -117,16 +116,14 @@ class NeedleSuite(ItemSuite):
         root = endpoint.base_url.rstrip("/").removesuffix("/v1")
         cache: dict[str, tuple[int, ...]] = {}
         sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers,
-                                     verify=tls_verify(endpoint.base_url)) as client:
+        async with session(endpoint, timeout_s, concurrency) as client:
 
             async def ids_of(text: str) -> tuple[int, ...]:
                 if text not in cache:
                     url, body = route.request(endpoint, text)
                     async with sem:
-                        r = await client.post(url if "://" in url else root + url, json=body)
-                    r.raise_for_status()
-                    tok = route.parse(r.json())
+                        tok = await client.post_json(url if "://" in url else root + url, body, parse=route.parse,
+                                                     what=f"{self.suite}: tokenizing", retries=0, retry_backoff_s=0)
                     if tok.max_model_len is not None and max(self.lengths) + self.max_tokens > tok.max_model_len:
                         raise EngineError(f"{self.suite}: a prompt of {max(self.lengths)} tokens and its answer "
                                           f"({self.max_tokens}) exceed the served context of {tok.max_model_len}")
@@ -150,19 +147,10 @@ class NeedleSuite(ItemSuite):
                 laid = assemble(filler, 0, needle, question, others, h.length, item.depth)
                 body = {"model": endpoint.model, "prompt": route.prompt(list(laid.ids)), "max_tokens": self.max_tokens,
                         "temperature": 0.0}
-                last: Exception | None = None
                 async with sem:
-                    for _ in range(retries + 1):
-                        try:
-                            r = await client.post("/completions", json=body)
-                            r.raise_for_status()
-                            text = r.json()["choices"][0]["text"] or ""
-                            break
-                        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-                            last = e
-                            await asyncio.sleep(retry_backoff_s)
-                    else:
-                        raise EngineError(f"{self.suite}: item {item.item_id} failed after {retries + 1} tries: {last}")
+                    text = await client.post_json("/completions", body, what=f"{self.suite}: item {item.item_id}",
+                                                  retries=retries, retry_backoff_s=retry_backoff_s,
+                                                  parse=lambda answer: answer["choices"][0]["text"] or "")
                 sink([needle_record(item, laid.ids, laid.needle_at, laid.filler_tokens, text, self.filler_key)])
 
             by_haystack: dict[str, list[NeedleItem]] = {}

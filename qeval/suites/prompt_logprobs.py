@@ -6,40 +6,28 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-import httpx
-
 from ..engines import Endpoint
-from ..engines.base import tls_verify
 from ..engines.capabilities import PromptLogprobsRoute
-from ..errors import EngineError
+from .http import Client, session
 
 
-async def fetch_logprobs(client: httpx.AsyncClient, route: PromptLogprobsRoute, url: str, payload: dict[str, Any],
+async def fetch_logprobs(client: Client, route: PromptLogprobsRoute, url: str, payload: dict[str, Any],
                          what: str, retries: int, retry_backoff_s: float) -> dict:
     """The route's parsed answer to one request; `what` names it in the error once every try failed."""
-    last: Exception | None = None
-    for _ in range(retries + 1):
-        try:
-            r = await client.post(url, json=payload)
-            r.raise_for_status()
-            return route.parse(r.json())
-        except (httpx.HTTPError, KeyError, ValueError) as e:
-            last = e
-            await asyncio.sleep(retry_backoff_s)
-    raise EngineError(f"{what} failed after {retries + 1} tries: {last}")
+    return await client.post_json(url, payload, what=what, retries=retries, retry_backoff_s=retry_backoff_s,
+                                  parse=route.parse)
 
 
 def gather_bounded(endpoint: Endpoint, timeout_s: float, concurrency: int,
-                   jobs: list[Callable[[httpx.AsyncClient], Awaitable[None]]]) -> None:
+                   jobs: list[Callable[[Client], Awaitable[None]]]) -> None:
     """Run the jobs on one client to the endpoint, at most `concurrency` at a time; nothing when there are none."""
     if not jobs:
         return
 
     async def main() -> None:
         sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=endpoint.headers,
-                                     verify=tls_verify(endpoint.base_url)) as client:
-            async def one(job: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
+        async with session(endpoint, timeout_s, concurrency) as client:
+            async def one(job: Callable[[Client], Awaitable[None]]) -> None:
                 async with sem:
                     await job(client)
 
