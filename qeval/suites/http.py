@@ -15,7 +15,7 @@ import json
 import urllib.request
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,6 +23,9 @@ import aiohttp
 from ..engines import Endpoint
 from ..engines.base import tls_verify
 from ..errors import EngineError
+
+if TYPE_CHECKING:
+    from ..engines.capabilities import Tokenized, TokenizeRoute
 
 T = TypeVar("T")
 
@@ -88,6 +91,15 @@ class Client:
                 last = e
             await asyncio.sleep(retry_backoff_s)
         raise EngineError(f"{what} failed after {retries + 1} tries: {describe(last)}")
+
+
+async def tokenize(client: Client, endpoint: Endpoint, route: "TokenizeRoute", text: str, what: str) -> "Tokenized":
+    """The text in the served variant's tokens, by the engine's tokenize route (a path under the server's root,
+    not under /v1), tried once: a failure here is the engine's, not a transient one."""
+    url, body = route.request(endpoint, text)
+    root = endpoint.base_url.rstrip("/").removesuffix("/v1")
+    return await client.post_json(url if "://" in url else root + url, body, parse=route.parse, what=what,
+                                  retries=0, retry_backoff_s=0)
 
 
 def describe(e: Exception | None) -> str:

@@ -26,7 +26,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, continuous
 from ..record.store import Record
 from .base import InFlight, Looks, Pairing, Part, SuiteRun, View, nothing_to_check, requests_in_flight, run_items
-from .http import Client, session
+from .http import Client, session, tokenize
 from .prompt_logprobs import fetch_logprobs, gather_bounded
 from .corpora import Document, candidates, named_key
 from .spec import LogprobsSuiteRef
@@ -124,14 +124,10 @@ class LongLogprobsSuite:
         route = endpoint.capabilities.tokenize
         if route is None:  # the plan refuses such a suite first; this guards a direct call
             raise ConfigError(f"the {endpoint.engine} engine has no tokenize route: {self.suite} cannot run on it")
-        root = endpoint.base_url.rstrip("/").removesuffix("/v1")
         out: list[tuple[Document, list[int]]] = []
         async with session(endpoint, timeout_s, 1) as client:
             for doc in self.documents_from:
-                url, body = route.request(endpoint, doc.text)
-                tok = await client.post_json(url if "://" in url else root + url, body, parse=route.parse,
-                                             what=f"{self.suite}: tokenizing {doc.name}", retries=0,
-                                             retry_backoff_s=0)
+                tok = await tokenize(client, endpoint, route, doc.text, f"{self.suite}: tokenizing {doc.name}")
                 if tok.max_model_len is not None and self.document_tokens > tok.max_model_len:
                     raise EngineError(f"{self.suite}: document_tokens {self.document_tokens} exceeds the served "
                                       f"context of {tok.max_model_len} tokens")

@@ -28,7 +28,7 @@ from ..hashing import key_hash, stable_hash
 from ..record.metrics import MetricSpec, indicator
 from ..record.store import Record
 from .base import InFlight, ItemSuite, Pairing, Part, SuiteRun, View, requests_in_flight, run_items
-from .http import session
+from .http import session, tokenize
 from .logprobs_long import tokens_label
 from .needle_items import REPEAT, Haystack, NeedleItem, assemble, layout, sentences
 from .spec import NeedleSuiteRef
@@ -113,17 +113,14 @@ class NeedleSuite(ItemSuite):
         todo = [i for i in self.items if i.item_id not in done]
         if not todo:
             return
-        root = endpoint.base_url.rstrip("/").removesuffix("/v1")
         cache: dict[str, tuple[int, ...]] = {}
         sem = asyncio.Semaphore(concurrency)
         async with session(endpoint, timeout_s, concurrency) as client:
 
             async def ids_of(text: str) -> tuple[int, ...]:
                 if text not in cache:
-                    url, body = route.request(endpoint, text)
                     async with sem:
-                        tok = await client.post_json(url if "://" in url else root + url, body, parse=route.parse,
-                                                     what=f"{self.suite}: tokenizing", retries=0, retry_backoff_s=0)
+                        tok = await tokenize(client, endpoint, route, text, f"{self.suite}: tokenizing")
                     if tok.max_model_len is not None and max(self.lengths) + self.max_tokens > tok.max_model_len:
                         raise EngineError(f"{self.suite}: a prompt of {max(self.lengths)} tokens and its answer "
                                           f"({self.max_tokens}) exceed the served context of {tok.max_model_len}")
