@@ -395,6 +395,20 @@ def gpu_roofline(args, settings, arms: dict[str, Arm]) -> tuple[dict[str, float]
             for a in arms.values() if a.name in QEVAL_ARMS and a.requests}, facts
 
 
+def resumed(args, facts: dict[str, Any]) -> dict[str, Arm]:
+    """The arms an earlier run of the same measurement left in --out (none if it differs or is absent)."""
+    if not args.out or not args.out.is_file():
+        return {}
+    old = json.loads(args.out.read_text())
+    same = ("model", "device", "dtype", "limit", "num_fewshot", "cuda_graphs")
+    if any(old.get("facts", {}).get(k) != facts[k] for k in same):
+        raise SystemExit(f"{args.out}: measured with other settings than these ({', '.join(same)}): "
+                         "give another --out or drop --resume")
+    if "server" in old["facts"]:
+        facts["server"] = old["facts"]["server"]
+    return {k: Arm(**a) for k, a in old.get("arms", {}).items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -410,6 +424,9 @@ def main() -> None:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--only", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run")
     ap.add_argument("--out", type=Path, default=None, help="the figures as JSON")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the arms --out already holds (same model, limit and few-shot) and run only the others: "
+                         "a run split over several invocations on one machine")
     args = ap.parse_args()
     args.model = args.model or ("llama-3-8b-random" if args.device == "cuda" else "smollm2-135m-instruct")
     args.concurrency = args.concurrency if args.concurrency == "auto" else int(args.concurrency)
@@ -423,17 +440,26 @@ def main() -> None:
     dtype = choose_dtype("auto", {"gpu" if args.device == "cuda" else "cpu"}, settings.cpu).dtype
     facts: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": dtype, "limit": args.limit,
                              "num_fewshot": args.num_fewshot, "cuda_graphs": args.cuda_graphs}
+    kept = resumed(args, facts) if args.resume else {}
+    if kept:
+        args.only = [a for a in args.only if a not in kept]
+        print(f"resumed: {', '.join(kept)} from {args.out}", flush=True)
+
     def save(arms: dict[str, Arm], ceil: dict[str, float], roof: dict[str, float]) -> None:
         # written after every arm too, so that a run cut short keeps the arms it finished
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"facts": facts, "ceiling_s": ceil, "roofline_s": roof,
-                                            "rows": rows(arms, ceil, roof)}, indent=1) + "\n")
+                                            "rows": rows(arms, ceil, roof),
+                                            "arms": {k: dataclasses.asdict(a) for k, a in arms.items()}},
+                                           indent=1) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        arms, served = served_arms(args, settings, dtype, tmp, progress=lambda a: save(a, {}, {}))
-        facts["server"] = served
+        fresh, served = served_arms(args, settings, dtype, tmp, progress=lambda a: save({**kept, **a}, {}, {}))
+        arms = {**kept, **fresh}
+        if served:
+            facts["server"] = served
         if "lmeval_offline" in args.only:  # the server has stopped: the offline engine has the device alone
             arms["lmeval_offline"] = lmeval_offline(args, settings, dtype, tmp)
             save(arms, {}, {})

@@ -74,3 +74,23 @@ def test_parameters_and_their_bytes_from_safetensors_headers(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(80))
     assert bench.safetensors_size(tmp_path) == (40, 80)
     assert math.isnan(bench.Arm("x", 0, 0.0).items_s)
+
+
+def test_resume_keeps_the_arms_of_the_same_measurement_and_refuses_another(tmp_path):
+    import argparse
+    import json
+
+    import pytest
+
+    facts = {"model": "m", "device": "cuda", "dtype": "bfloat16", "limit": 2000, "num_fewshot": 0, "cuda_graphs": True}
+    arm = bench.Arm("custom", 2000, 35.3, 51000.0, 24000.0, 2000.0, 256, "note")
+    out = tmp_path / "x.json"
+    out.write_text(json.dumps({"facts": {**facts, "server": {"kv_tokens": 9}},
+                               "arms": {"custom": bench.dataclasses.asdict(arm)}}))
+    args = argparse.Namespace(out=out)
+    now = dict(facts)
+    assert bench.resumed(args, now) == {"custom": arm}
+    assert now["server"] == {"kv_tokens": 9}
+    with pytest.raises(SystemExit, match="other settings"):
+        bench.resumed(args, {**facts, "limit": 100})
+    assert bench.resumed(argparse.Namespace(out=tmp_path / "none.json"), dict(facts)) == {}
