@@ -48,6 +48,14 @@ QEVAL_ARMS = ("mc_loglikelihood", "mc_next_token", "generate", "custom", "logpro
 ARMS = (*QEVAL_ARMS, "lmeval_offline", "ceiling")
 COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success")
 RANDOM_MODELS = ("llama-3-8b-random",)
+# what each arm's requests ask the engine for beyond tokens: lm-eval's loglikelihood sends `echo` with
+# `logprobs: 1` (every prompt token's logprob and its top one), next-token scoring the top 20 of one generated
+# token, the logprobs suite `echo` with its top_k (the defaults of its spec)
+ARM_LOGPROBS: dict[str, dict[str, int]] = {
+    "mc_loglikelihood": {"prompt_logprobs": 1, "logprobs": 1},
+    "mc_next_token": {"logprobs": 20},
+    "logprobs": {"prompt_logprobs": 10},
+}
 
 # peak dense bf16 tensor FLOP/s and memory bandwidth (bytes/s) from each maker's data sheet, by a piece of the
 # name nvidia-smi gives (the longest piece that matches wins: "H100 PCIe" before "H100")
@@ -84,11 +92,12 @@ class Arm:
         return self.items / self.wall_s if self.wall_s > 0 else math.nan
 
     def shape(self) -> dict[str, int] | None:
-        """Its requests as the ceiling replays them: their number and mean prompt and output lengths."""
+        """Its requests as the ceiling replays them: their number, mean prompt and output lengths, and the
+        logprobs they ask the engine for (computing and returning those is the engine's work too)."""
         if self.requests <= 0:
             return None
         return {"name": self.name, "n": int(self.requests), "prompt": max(1, round(self.prompt_tokens / self.requests)),
-                "output": max(1, round(self.output_tokens / self.requests))}
+                "output": max(1, round(self.output_tokens / self.requests)), **ARM_LOGPROBS.get(self.name, {})}
 
 
 @dataclass(frozen=True)

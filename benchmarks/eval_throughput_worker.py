@@ -92,13 +92,15 @@ def ceiling(a: dict) -> dict:
     out = {"load_s": load_s, "shapes": {}}
     for s in a["shapes"]:
         batch = prompts(s["n"], s["prompt"])
-        params = SamplingParams(temperature=0.0, max_tokens=s["output"], ignore_eos=True)
+        params = SamplingParams(temperature=0.0, max_tokens=s["output"], ignore_eos=True, logprobs=s.get("logprobs"),
+                                prompt_logprobs=s.get("prompt_logprobs"))
         before = counters(llm)
         t1 = time.perf_counter()
         llm.generate(batch, params, use_tqdm=False)
         wall = time.perf_counter() - t1
         out["shapes"][s["name"]] = {"wall_s": wall, "n": s["n"], "served": delta(before, counters(llm))}
-        print(f"ceiling {s['name']}: {s['n']} x ({s['prompt']} + {s['output']}) tokens in {wall:.1f} s",
+        print(f"ceiling {s['name']}: {s['n']} x ({s['prompt']} + {s['output']}) tokens, logprobs "
+              f"{s.get('prompt_logprobs')} / {s.get('logprobs')} in {wall:.1f} s",
               file=sys.stderr, flush=True)
     return out
 

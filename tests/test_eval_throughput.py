@@ -94,3 +94,13 @@ def test_resume_keeps_the_arms_of_the_same_measurement_and_refuses_another(tmp_p
     with pytest.raises(SystemExit, match="other settings"):
         bench.resumed(args, {**facts, "limit": 100})
     assert bench.resumed(argparse.Namespace(out=tmp_path / "none.json"), dict(facts)) == {}
+
+
+def test_the_ceiling_asks_for_the_logprobs_the_suites_ask_for():
+    from qeval.suites.spec import LmEvalSuiteRef, LogprobsSuiteRef
+
+    assert bench.ARM_LOGPROBS["mc_next_token"]["logprobs"] == LmEvalSuiteRef.model_fields["next_token_top_k"].default
+    assert bench.ARM_LOGPROBS["logprobs"]["prompt_logprobs"] == LogprobsSuiteRef.model_fields["top_k"].default
+    shape = bench.Arm("mc_loglikelihood", 10, 1.0, 1000.0, 40.0, 40.0).shape()
+    assert shape == {"name": "mc_loglikelihood", "n": 40, "prompt": 25, "output": 1, "prompt_logprobs": 1, "logprobs": 1}
+    assert "logprobs" not in bench.Arm("custom", 10, 1.0, 100.0, 120.0, 10.0).shape()

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qeval"
 # The rooms from the bottom floor up. A module may import from its own room or any room below it, never from a
 # room above. Patterns are module names (fnmatch); "qeval.x.*" covers the package qeval.x and everything in it.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaves", ("qeval.errors", "qeval.hashing", "qeval.registry", "qeval.validation", "qeval.settings",
+    ("leaves", ("qeval.errors", "qeval.aio", "qeval.hashing", "qeval.registry", "qeval.validation", "qeval.settings",
                 "qeval.methods", "qeval.progress", "qeval.machine*", "qeval.emulate*", "qeval.workers*")),
     ("stats", ("qeval.stats*",)),
     ("records", ("qeval.record*",)),

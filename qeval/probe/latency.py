@@ -8,7 +8,6 @@ time, server-side TTFT, running and waiting requests, KV-cache usage) from its /
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
+from .. import aio
 from ..record.measurements import step_figures
 from .spec import ProbeSpec
 from ..engines import Endpoint
@@ -134,7 +134,7 @@ def warm_up(spec: ProbeSpec, endpoint: Endpoint, seed: int) -> Warmup:
     t0, sent = time.perf_counter(), 0
 
     def run(n: int, c: int, k: int) -> StepRun:
-        return asyncio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + 999 + k),
+        return aio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + 999 + k),
                                            spec.output_tokens, c, spec.max_seconds_per_step, headers=endpoint.headers))
 
     if spec.warmup_requests:
@@ -165,7 +165,7 @@ def run_probe(spec: ProbeSpec, endpoint: Endpoint, seed: int = 0, on_step=None,
     def record(kind: str, load: float, start: Callable[[], Coroutine[Any, Any, StepRun]]) -> None:
         with Scraper(metrics_url(endpoint.base_url), endpoint.headers, interval_s=scrape_interval_s,
                      tables=endpoint.capabilities.metrics) as scraper:
-            run = asyncio.run(start())
+            run = aio.run(start())
         s = summarize(kind, load, run, scraper.view(expected_requests=len(run.results)), spec.goodput_slo)
         steps.append(s)
         rows.extend(_rows(kind, load, run.results))

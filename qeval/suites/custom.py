@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 
+from .. import aio
 from ..engines import Endpoint
 from ..errors import ConfigError
 from ..hashing import file_hash, key_hash, stable_hash
@@ -309,6 +310,6 @@ def run_custom(suite: CustomSuite, endpoint: Endpoint, done: set[str], sink: Cal
     A request the engine fails is tried `retries` more times, `retry_backoff_s` apart (EngineSpec's)."""
     todo = [i for i in suite.items if i.id not in done]
     if todo:
-        asyncio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries, retry_backoff_s))
+        aio.run(_run(suite, endpoint, todo, sink, concurrency, timeout_s, retries, retry_backoff_s))
     return len(todo)
 

@@ -12,7 +12,6 @@ few documents or tokens reach is INCONCLUSIVE (`View.insufficient`), never PASS.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .. import aio
 from ..engines import Endpoint
 from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
@@ -109,7 +109,7 @@ class LongLogprobsSuite:
         (part,) = self.parts
         if run.is_complete(part) or run.skip(part):
             return
-        chosen = asyncio.run(self._choose(run.endpoint, run.timeout_s))
+        chosen = aio.run(self._choose(run.endpoint, run.timeout_s))
         if len(chosen) < 2:
             raise ConfigError(f"{self.suite}: the corpus has {len(chosen)} document(s) of at least "
                               f"{self.document_tokens} tokens on this tokenizer; at least 2 are needed "

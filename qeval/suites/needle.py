@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import aio
 from ..engines import Endpoint
 from ..errors import ConfigError, EngineError
 from ..hashing import key_hash, stable_hash
@@ -101,7 +102,7 @@ class NeedleSuite(ItemSuite):
             return
         n = requests_in_flight(run, self.in_flight, [part], max(self.lengths), self.max_tokens)
         run_items(run, part, [(i.item_id, i.group) for i in self.items],
-                  lambda done, put: asyncio.run(self._ask(run.endpoint, done, put, n, run.timeout_s,
+                  lambda done, put: aio.run(self._ask(run.endpoint, done, put, n, run.timeout_s,
                                                           run.retry_backoff_s)),
                   note=f" ({len(self.items)} needles, {len(self.items) // len(self.depths)} haystacks)")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
+from .. import aio
 from ..engines import Endpoint
 from ..engines.capabilities import PromptLogprobsRoute
 from .http import Client, session
@@ -33,4 +34,4 @@ def gather_bounded(endpoint: Endpoint, timeout_s: float, concurrency: int,
 
             await asyncio.gather(*(one(j) for j in jobs))
 
-    asyncio.run(main())
+    aio.run(main())
