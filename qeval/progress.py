@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Protocol
@@ -39,13 +40,25 @@ class RichReporter:
         self.console = console
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
+        self._lock = threading.Lock()
+        self._open = 0  # steps under way: the display runs from the first one's start to the last one's end
 
     def log(self, message: str) -> None:
         self.console.print(message, highlight=False, markup=False)
 
     @contextmanager
     def step(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        with self.progress:
+        # steps may run side by side on threads (setup's envs): one shared display, not one per step
+        with self._lock:
+            if self._open == 0:
+                self.progress.start()
+            self._open += 1
+        try:
             task = self.progress.add_task(description, total=total)
             yield lambda n=1: self.progress.advance(task, n)
             self.progress.update(task, completed=total if total is not None else 1, total=total or 1)
+        finally:
+            with self._lock:
+                self._open -= 1
+                if self._open == 0:
+                    self.progress.stop()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ..machine import tool_envs
@@ -14,6 +16,7 @@ from ..progress import Reporter
 from .assets import MODEL, MODELS, AssetBuilder
 from .build import EnvBuilder, Source
 from .envs import PYTHON_OF, envs_for
+from .steps import Step, run_steps
 
 
 def detect_device() -> str:
@@ -52,19 +55,30 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
     builder = EnvBuilder(cache, reporter, source, system_site_packages, base_python)
     by_tool = {e.tool: e for e in envs_for(device)}
     result = SetupResult(device)
-    entries = {}
-    for env in envs:
-        result.envs[env.name] = builder.build(env, by_tool)
-        entries[env.tool] = tool_envs.ToolEntry(env.name, str(builder.python_of(env, by_tool)),
-                                            str(builder.folder(env)) if env.overlay_of else None)
-    result.tools_json = tool_envs.write(cache, device, entries)
     made = AssetBuilder(cache, reporter, source)
     llmc_python = builder.python_of(by_tool["llmc"], by_tool)
+    building = {e.tool for e in envs}
+    steps = [Step(f"env:{e.name}", partial(builder.build, e, by_tool),
+                  (f"env:{by_tool[e.overlay_of].name}",) if e.overlay_of in building else ()) for e in envs]
+    llmc_step = ("env:" + by_tool["llmc"].name,) if "llmc" in building else ()  # the converter's env
+    extras = [m for m in models or () if m != MODEL]
+    steps += [Step(f"model:{m}", partial(made.model, llmc_python, m), llmc_step)
+              for m in ([MODEL] if assets else []) + extras]
     if assets:
-        result.assets = [made.model(llmc_python), made.data()]
-    result.assets += [made.model(llmc_python, m) for m in models or () if m != MODEL]
+        steps.append(Step("data", made.data))
+    done = run_steps(steps, workers=setup_workers())
+    result.envs = {e.name: done[f"env:{e.name}"] for e in envs}
+    entries = {e.tool: tool_envs.ToolEntry(e.name, str(builder.python_of(e, by_tool)),
+                                           str(builder.folder(e)) if e.overlay_of else None) for e in envs}
+    result.tools_json = tool_envs.write(cache, device, entries)
+    result.assets = ([done[f"model:{MODEL}"], done["data"]] if assets else []) + [done[f"model:{m}"] for m in extras]
     reporter.log(f"tools: {result.tools_json}")
     return result
+
+
+def setup_workers() -> int:
+    """Steps at once: one per two cores, at least one, at most four (the envs and assets of one device)."""
+    return max(1, min(4, (os.cpu_count() or 1) // 2))
 
 
 def _check_python(device: str, base_python: str) -> None:
