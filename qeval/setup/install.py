@@ -41,8 +41,9 @@ class SetupResult:
 
 def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: Path | None = None,
           system_site_packages: bool = False, assets: bool = True, only: list[str] | None = None,
-          models: list[str] | None = None, base_python: str = sys.executable) -> SetupResult:
-    """`models`: embedded models beyond the default one (gemma-3-270m), made even with assets off."""
+          models: list[str] | None = None, base_python: str = sys.executable, jobs: int | None = None) -> SetupResult:
+    """`models`: embedded models beyond the default one (gemma-3-270m), made even with assets off. `jobs`: steps
+    at once (None: `setup_workers()`)."""
     device = detect_device() if device == "auto" else device
     unknown = sorted(set(models or ()) - set(MODELS))
     if unknown:
@@ -66,7 +67,7 @@ def setup(cache: Path, reporter: Reporter, *, device: str = "auto", wheelhouse: 
               for m in ([MODEL] if assets else []) + extras]
     if assets:
         steps.append(Step("data", made.data))
-    done = run_steps(steps, workers=setup_workers())
+    done = run_steps(steps, workers=jobs or setup_workers())
     result.envs = {e.name: done[f"env:{e.name}"] for e in envs}
     entries = {e.tool: tool_envs.ToolEntry(e.name, str(builder.python_of(e, by_tool)),
                                            str(builder.folder(e)) if e.overlay_of else None) for e in envs}
