@@ -18,6 +18,9 @@ every call, so a call's prompts are those a fresh `lm_eval` process with the sam
 log is written as lm-eval's command line writes it (samples_<task>_<date>.jsonl) before the answer. With
 `--next-token`, the model is qeval's next-token client (lmeval_next_token.py) and `flags` its flags file.
 The worker exits when the connection closes (its parent is gone or done) or on {"stop": true}.
+
+The request cache's writes are gathered into batches and each task template is compiled once (lmeval_cache.py):
+the same answers and prompts, without a disk commit per answer or a Jinja compile per document.
 """
 
 from __future__ import annotations
@@ -124,8 +127,12 @@ def main(argv: list[str]) -> None:
         top_k, rest = int(rest[1]), rest[2:]
     if rest[:1] == ["--"]:
         rest = rest[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from lmeval_cache import batch_cache_writes, compile_templates_once
+
+    batch_cache_writes()
+    compile_templates_once()
     if top_k is not None:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from lmeval_next_token import register
 
         register(os.devnull, top_k)  # each call names its flags file
