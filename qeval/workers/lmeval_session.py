@@ -41,6 +41,24 @@ def _config(rest: list[str]):
     return EvaluatorConfig.from_cli(HarnessCLI().parse_args())
 
 
+def _included_only(cfg):
+    """lm-eval's task manager over the include path alone, where that path holds every task the command line
+    names (the tasks then set on `cfg` as lm-eval's own resolution sets them); None where it does not. lm-eval's
+    own resolution indexes its thousands of task files first (seconds at every start) though an include path's
+    task of the same name wins over them."""
+    from lm_eval.tasks import TaskManager
+
+    names = cfg.tasks.split(",") if isinstance(cfg.tasks, str) else [n for t in cfg.tasks for n in t.split(",")]
+    if not cfg.include_path or not names or any(n.endswith(".yaml") or os.path.isdir(n) for n in names):
+        return None
+    manager = TaskManager(include_path=cfg.include_path, include_defaults=False, metadata=cfg.metadata or {})
+    matched = [manager.match_tasks([n]) for n in dict.fromkeys(names)]
+    if not all(matched):
+        return None
+    cfg.tasks = list(dict.fromkeys(t for m in matched for t in m))
+    return manager
+
+
 class Session:
     """The model client and the built tasks of one lm-eval command line, evaluated call by call."""
 
@@ -49,12 +67,21 @@ class Session:
 
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # as lm-eval's command line sets it
         self.cfg = cfg = _config(rest)
-        self.manager = cfg.process_tasks(cfg.metadata)
+        self.built: dict[str, list] = {}
+        self.manager = _included_only(cfg)
+        if self.manager is not None:
+            try:
+                for name in cfg.tasks:
+                    self._objects(name)
+            except Exception:  # noqa: BLE001 - a task that needs lm-eval's own (a group of its tasks): all of them
+                self.manager, self.built = None, {}
+                cfg = self.cfg = _config(rest)
+        if self.manager is None:
+            self.manager = cfg.process_tasks(cfg.metadata)
         # simple_evaluate's own construction of a client from a command line's arguments
         self.lm = lm_eval.api.registry.get_model(cfg.model).create_from_arg_obj(
             cfg.model_args, {"batch_size": cfg.batch_size, "max_batch_size": cfg.max_batch_size,
                              "device": cfg.device})
-        self.built: dict[str, list] = {}
         for name in cfg.tasks:
             self._objects(name)
 
