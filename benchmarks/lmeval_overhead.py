@@ -6,26 +6,46 @@ With --batches K: a sequential gate's batches instead (the task's docs cut in K 
 each batch in an lm-eval process of its own against every batch a call of one kept process (what a sequential
 gate runs), alternating; the per-item scores of the two must be the same.
 
+With --standin: the host's own work in one lm-eval call, no engine: a stand-in server (lmeval_standin.py) answers
+every completion at once with well-formed logprobs, and lm-eval's call through qeval's kept worker is timed phase by
+phase inside the worker (lmeval_phases_worker.py): process start and imports, the task index and build, the model
+client, request building, tokenizing, the HTTP phase (with the stand-in's count of requests in flight: the most,
+their mean while any is, the seconds none is), the request cache's reads and writes, scoring and the samples log,
+then qeval's parsing of that log into records and the results store. Each scoring of oe_hellaswag_mc (lm-eval's
+loglikelihood, qeval's next token) is run with lm-eval as it comes (`lm-eval's own`) and as qeval's worker runs it,
+alternating; the per-item scores of the two must be the same. `--delay` holds each answer that long, so that the
+requests in flight show the concurrency the client reaches.
+
 Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task oe_sciq] [--limit 200] [--rounds 2] [--batches 4]
+     .venv/bin/python benchmarks/lmeval_overhead.py --standin [--limit 2000] [--concurrency 209] [--delay 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from qeval.config import EngineSpec, LmEvalSuiteRef, VariantSpec
+from qeval.engines import Endpoint
 from qeval.engines.vllm import VllmEngine
 from qeval.settings import Settings
 from qeval.record.store import ResultsStore
-from qeval.suites.lmeval import LmEvalSessions, lmeval_argv, run_lmeval
+from qeval.suites.lmeval import LmEvalSessions, _env, lmeval_argv, parse_samples, read_flags, run_lmeval
 from qeval.suites.lmeval_tasks import materialize_tasks, resolve_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+PHASES = ("process start + imports", "task index", "task build", "client (tokenizer load)", "request building",
+          "cache check", "tokenizing", "http", "cache writes during http", "cache writes after http",
+          "scoring + writing samples", "parse + store (qeval)")
 
 
 def main() -> None:
@@ -34,8 +54,14 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batches", type=int, default=0, help="time K batches: a process each against one kept")
+    ap.add_argument("--standin", action="store_true", help="the host's phases against a server that answers at once")
+    ap.add_argument("--concurrency", type=int, default=209, help="requests in flight (--standin)")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds the stand-in holds each answer (--standin)")
     args = ap.parse_args()
     settings = Settings.from_env()
+    if args.standin:
+        standin(args, settings)
+        return
     model = settings.models / "smollm2-135m-instruct"
     ref = LmEvalSuiteRef(kind="lm_eval", tasks=[args.task], include_path=ROOT / "suites" / "lmeval", limit=args.limit)
     py = settings.python(settings.vllm_env)
@@ -108,6 +134,106 @@ def batches(args, ref: LmEvalSuiteRef, ep, settings: Settings, tmp: Path) -> Non
     print(f"{args.task}, {args.limit} docs in {len(cuts)} batches: a process per batch {a:.1f} s, one kept process "
           f"{b:.1f} s ({a - b:.1f} s saved, {(a - b) / max(1, len(cuts) - 1):.1f} s per batch after the first); "
           f"per-item scores {'the same' if same else 'DIFFER'}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def letter_ids(settings: Settings, tokenizer: Path) -> list[int]:
+    """The tokenizer's ids of " A" .. " D": the stand-in lists them in every next-token answer."""
+    code = ("import json, sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+            "print(json.dumps([t.encode(' ' + x, add_special_tokens=False)[-1] for x in 'ABCD']))")
+    out = subprocess.run([str(settings.vllm.python), "-c", code, str(tokenizer)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def standin(args, settings: Settings) -> None:
+    """lm-eval's call through qeval's worker against the stand-in, phase by phase: lm-eval as it comes against
+    the worker as qeval runs it, each scoring, alternating."""
+    tokenizer = settings.models / "smollm2-135m-instruct"
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(HERE / "lmeval_standin.py"), str(port), "--delay", str(args.delay),
+                               "--listed", *map(str, letter_ids(settings, tokenizer))],
+                              stdout=subprocess.PIPE, text=True)
+    if server.stdout.readline().strip() != "ready":
+        raise SystemExit("the stand-in server did not start")
+    base = f"http://127.0.0.1:{port}"
+
+    def stats(path: str, data: bytes | None = None) -> dict:
+        with urllib.request.urlopen(urllib.request.Request(base + path, data=data), timeout=30) as r:
+            return json.loads(r.read())
+
+    ep = Endpoint(base_url=f"{base}/v1", model="standin", tokenizer=tokenizer, engine="vllm")
+    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["oe_hellaswag_mc"], include_path=ROOT / "suites" / "lmeval",
+                         limit=args.limit, num_fewshot=0, num_concurrent=args.concurrency)
+    results: dict[tuple[str, str], list[dict]] = {}
+    scores: dict[tuple[str, str], dict] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            include = materialize_tasks(ref, settings.data, tmp)
+            for r in range(args.rounds):
+                for scoring in ("loglikelihood", "next_token"):
+                    for how in ("lm-eval's own", "qeval's worker")[::1 if r % 2 == 0 else -1]:
+                        work = tmp / f"{scoring}-{'plain' if how.startswith('lm') else 'qeval'}-{r}"
+                        args_ = lmeval_argv(settings.vllm.python, ref, ep, [ref.tasks[0]], include,
+                                            work / "out", work / "cache")[3:]
+                        top_k = ref.next_token_top_k if scoring == "next_token" else None
+                        if top_k is not None:
+                            args_[args_.index("--model") + 1] = "qeval-next-token"
+                        flags = work / "flags.jsonl"
+                        call = {"tasks": ref.tasks, "samples": None, "limit": args.limit,
+                                "output_path": str(work / "out"), "use_cache": str(work / "cache"),
+                                "flags": str(flags) if top_k is not None else None}
+                        stats("/reset", b"")
+                        t0 = time.time()
+                        p = subprocess.run([str(settings.vllm.python), str(HERE / "lmeval_phases_worker.py"),
+                                            json.dumps({"args": args_, "call": call, "next_token_top_k": top_k,
+                                                        "plain": how.startswith("lm"), "spawned": t0})],
+                                           env=_env(settings.vllm, work, ep), capture_output=True, text=True)
+                        wall = time.time() - t0
+                        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+                        if p.returncode != 0 or line is None:
+                            raise SystemExit(f"{scoring}, {how}: the worker failed\n{p.stderr[-3000:]}")
+                        got = json.loads(line[len("RESULT "):])
+                        got["wall"], got["server"] = wall, stats("/stats")
+                        t1 = time.perf_counter()
+                        [samples] = (work / "out").rglob("samples_*.jsonl")
+                        recs = parse_samples(samples, read_flags(flags) if top_k is not None else None)
+                        with ResultsStore(work / "records.sqlite") as store:
+                            store.put("v", "k", "bench", "oe_hellaswag_mc", recs)
+                        got["parse + store (qeval)"] = time.perf_counter() - t1
+                        results.setdefault((scoring, how), []).append(got)
+                        scores[(scoring, how)] = {x.item_id: x.scores for x in recs}
+                        print(f"round {r}: {scoring}, {how}: {wall:.1f} s in the worker, {len(recs)} records",
+                              flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"\noe_hellaswag_mc, {args.limit} docs, 0-shot, {args.concurrency} requests in flight, the stand-in "
+          f"answering after {args.delay:g} s; seconds (mean of {args.rounds} rounds)\n")
+    cols = list(results)
+    mean = {c: {k: sum(x.get(k, 0.0) for x in results[c]) / len(results[c])
+                for k in (*PHASES, "wall", "session", "evaluate")} for c in cols}
+    print("| phase | " + " | ".join(f"{s}, {h}" for s, h in cols) + " |")
+    print("| --- |" + " --- |" * len(cols))
+    for k in PHASES:
+        print(f"| {k} | " + " | ".join(f"{mean[c][k]:.2f}" for c in cols) + " |")
+    print("| **worker, start to end** | " + " | ".join(f"**{mean[c]['wall']:.2f}**" for c in cols) + " |")
+    for k, name in (("requests", "requests"), ("most_in_flight", "most in flight"),
+                    ("mean_in_flight_when_busy", "mean in flight while any"), ("busy_s", "http: s with any in flight"),
+                    ("idle_s", "http: s with none in flight")):
+        vals = [sum(x["server"][k] for x in results[c]) / len(results[c]) for c in cols]
+        print(f"| {name} | " + " | ".join(f"{v:.0f}" if k in ("requests", "most_in_flight") else f"{v:.2f}"
+                                           for v in vals) + " |")
+    for scoring in ("loglikelihood", "next_token"):
+        same = scores[(scoring, "lm-eval's own")] == scores[(scoring, "qeval's worker")]
+        print(f"{scoring}: per-item scores {'the same' if same else 'DIFFER'} "
+              f"({len(scores[(scoring, 'lm-eval' + chr(39) + 's own')])} items)")
 
 
 if __name__ == "__main__":
