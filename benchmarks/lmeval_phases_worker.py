@@ -6,7 +6,8 @@ nothing of qeval). One JSON argument says what to do; one JSON line is printed a
  "spawned": the parent's time.time() when it started this process}
 
 `plain`: lm-eval as it comes (its sqlitedict request cache committing every answer, its templates compiled at every
-use, its own task index), the worker's other settings the same; else the worker as qeval runs it. Each phase is
+use, its own task index, its tokenizing one string a call), the worker's other settings the same; else the worker
+as qeval runs it. Each phase is
 the time spent inside lm-eval's own function for it (wrapped here, its result untouched).
 """
 
@@ -65,6 +66,8 @@ def main(a: dict) -> dict:
 
         lmeval_next_token.register(os.devnull, a["next_token_top_k"])
         ours = lm_eval.api.registry.get_model("qeval-next-token")
+        if a["plain"]:  # lm-eval's own tokenizing, one string a call
+            del ours.loglikelihood, ours.tok_encode
         timed(ours, "_loglikelihood_tokens", "http")
     imported = time.time() - a["spawned"]
 

@@ -131,6 +131,23 @@ def post_all(url: str, payloads: Sequence[dict], headers: dict, concurrency: int
         return list(pool.map(one, payloads))
 
 
+def pair_strings(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The strings lm-eval's TemplateLM.loglikelihood tokenizes for these (context, continuation) pairs, each once:
+    a context's trailing spaces moved to its continuation, then the whole and the context (an empty context: the
+    continuation alone)."""
+    out: dict[str, None] = {}
+    for context, continuation in pairs:
+        if context == "":
+            out[continuation] = None
+            continue
+        n = len(context) - len(context.rstrip())
+        if n:
+            context, continuation = context[:-n], context[-n:] + continuation
+        out[context + continuation] = None
+        out[context] = None
+    return list(out)
+
+
 def prompt_hash(context: str) -> str:
     return hashlib.sha256(context.encode("utf-8")).hexdigest()  # lm-eval's hash_string
 
@@ -142,6 +159,29 @@ def register(flags_path: str, top_k: int) -> None:
     @register_model("qeval-next-token")
     class NextTokenCompletions(LocalCompletionsAPI):
         flags_file = flags_path  # a kept session (lmeval_session.py) sets each call's on the instance
+        encoded: dict[str, list[int]] = {}
+
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            # lm-eval tokenizes two strings a request, one call each (a question's context once per choice):
+            # here every distinct one in a single call of the fast tokenizer, the same ids for each string
+            if self.tokenizer_backend == "huggingface":
+                strings = pair_strings([r.args for r in requests])
+                ids = self.tokenizer(strings, add_special_tokens=bool(self.add_bos_token), truncation=False,
+                                     return_attention_mask=False).input_ids
+                self.encoded = dict(zip(strings, ids))
+            try:
+                return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+            finally:
+                self.encoded = {}
+
+        def tok_encode(self, string, left_truncate_len=None, add_special_tokens=False, truncation=False, **kwargs):
+            # the encoded strings are those lm-eval asks for with its defaults (add_special_tokens from add_bos_token)
+            hit = self.encoded.get(string) if isinstance(string, str) and not (
+                left_truncate_len or add_special_tokens or truncation or kwargs) else None
+            if hit is not None:
+                return list(hit)
+            return super().tok_encode(string, left_truncate_len=left_truncate_len,
+                                      add_special_tokens=add_special_tokens, truncation=truncation, **kwargs)
 
         def _loglikelihood_tokens(self, requests, **kwargs):
             groups = group_by_context(requests)

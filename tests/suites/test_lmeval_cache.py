@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import sqlite3
 import subprocess
 import textwrap
@@ -126,3 +127,49 @@ def test_the_include_path_alone_is_indexed_only_where_it_holds_every_task(engine
         """)
     assert got["oe_arc_easy_mc,oe_copa"] == [["oe_arc_easy_mc", "oe_copa"], False]
     assert got["oe_arc_easy_mc,arc_easy"] is None  # lm-eval's own resolution, its tasks indexed
+
+
+def test_the_strings_a_loglikelihood_call_tokenizes_are_each_listed_once():
+    from qeval.workers.lmeval_next_token import pair_strings
+
+    assert pair_strings([("Q1 Answer:", " A"), ("Q1 Answer:", " B"), ("Q2 Answer: ", "C"), ("", "alone")]) == [
+        "Q1 Answer: A", "Q1 Answer:", "Q1 Answer: B", "Q2 Answer: C", "Q2 Answer:", "alone"]
+
+
+def test_the_next_token_client_tokenizes_in_one_call_what_lm_eval_does_one_string_at_a_time(engine_env, tmp_path):
+    """The (context, continuation) token ids the next-token client hands on are lm-eval's own, string for string,
+    with a tokenizer that adds a BOS token where asked to (the embedded model's own adds none)."""
+    tok = tmp_path / "tokenizer"
+    shutil.copytree(engine_env.models / "smollm2-135m-instruct", tok,
+                    ignore=lambda d, names: [n for n in names if n.endswith(".safetensors")])
+    got = _in_engine_env(engine_env, f"""
+        import os
+        from tokenizers import Tokenizer
+        from tokenizers.processors import TemplateProcessing
+        t = Tokenizer.from_file({str(tok / "tokenizer.json")!r})
+        bos = t.id_to_token(1)
+        t.post_processor = TemplateProcessing(single=bos + " $A", pair=bos + " $A $B", special_tokens=[(bos, 1)])
+        t.save({str(tok / "tokenizer.json")!r})
+        from lmeval_next_token import register
+        register(os.devnull, 5)
+        import lm_eval.api.registry
+        from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+        class Req:
+            def __init__(self, args):
+                self.args = args
+
+        pairs = [("Baking: She mixes ...\\nA. x\\nB. y\\nAnswer:", " A"), ("Baking: She mixes ...\\nA. x\\nAnswer:", " B"),
+                 ("Q: caf\\u00e9 ?  ", "Answer: \\u00e9t\\u00e9"), ("", "starts alone"), ("x" * 3000, " D")]
+        out = {{}}
+        for name, cls in (("lm-eval", LocalCompletionsAPI), ("ours", lm_eval.api.registry.get_model("qeval-next-token"))):
+            lm = cls(base_url="http://127.0.0.1:9/v1/completions", model="m", tokenizer_backend="huggingface",
+                     tokenizer={str(tok)!r}, add_bos_token=True)
+            seen = []
+            lm._loglikelihood_tokens = lambda reqs, **k: seen.extend(reqs) or [(0.0, True)] * len(reqs)
+            lm.loglikelihood([Req(p) for p in pairs], disable_tqdm=True)
+            out[name] = [[list(x[0]), x[1], x[2]] for x in seen]
+        print(json.dumps(out))
+        """)
+    assert got["ours"] == got["lm-eval"]
+    assert len(got["ours"]) == 5 and all(ctx[0] == 1 and cont for _, ctx, cont in got["ours"])  # the BOS first
