@@ -23,6 +23,7 @@ import time
 WORKERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "qeval", "workers")
 SECONDS: dict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter = collections.Counter()
+NOW = {"phase": ""}  # the timed phase under way (the cache's writes are counted into the one they happen in)
 
 
 def timed(owner, name: str, phase: str) -> None:
@@ -33,10 +34,12 @@ def timed(owner, name: str, phase: str) -> None:
 
     @functools.wraps(f)
     def g(*a, **k):
-        t = time.perf_counter()
+        t, outer = time.perf_counter(), NOW["phase"]
+        NOW["phase"] = phase
         try:
             return f(*a, **k)
         finally:
+            NOW["phase"] = outer
             SECONDS[phase] += time.perf_counter() - t
             CALLS[phase] += 1
 
@@ -68,6 +71,8 @@ def main(a: dict) -> dict:
         ours = lm_eval.api.registry.get_model("qeval-next-token")
         if a["plain"]:  # lm-eval's own tokenizing, one string a call
             del ours.loglikelihood, ours.tok_encode
+        else:  # its own tokenizing first, then lm-eval's loglikelihood: the one timed
+            timed(ours, "loglikelihood", "tokenizing")
         timed(ours, "_loglikelihood_tokens", "http")
     imported = time.time() - a["spawned"]
 
@@ -76,14 +81,14 @@ def main(a: dict) -> dict:
     timed(lmeval_session.Session, "_objects", "task build")
     timed(model.LM, "create_from_arg_obj", "client (tokenizer load)")
     timed(task.Task, "build_all_requests", "request building")
-    timed(model.TemplateLM, "loglikelihood", "tokenizing")  # the time of _loglikelihood_tokens taken off below
+    if a["next_token_top_k"] is None or a["plain"]:
+        timed(model.TemplateLM, "loglikelihood", "tokenizing")  # the time of _loglikelihood_tokens taken off below
     timed(api_models.TemplateAPI, "_loglikelihood_tokens", "http")
-    timed(model.CacheHook, "add_partial", "cache writes during http")
     t0 = time.perf_counter()
     session = lmeval_session.Session(a["args"])
     session_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    cache = {"in": 0.0, "set": 0.0}
+    cache = collections.defaultdict(float)
     real = model.CachingLM
 
     class Timed(real):  # the cache the call opens, its reads and writes timed
@@ -98,7 +103,7 @@ def main(a: dict) -> dict:
                     try:
                         return _f(self_, *x)
                     finally:
-                        cache[_op] += time.perf_counter() - t
+                        cache[_op, NOW["phase"] == "http"] += time.perf_counter() - t
                 setattr(type(d), name, g)
 
     model.CachingLM = Timed
@@ -108,8 +113,9 @@ def main(a: dict) -> dict:
     s = dict(SECONDS)
     http = s.get("http", 0.0)
     s["tokenizing"] = s.get("tokenizing", 0.0) - http
-    s["cache check"] = cache["in"]
-    s["cache writes after http"] = cache["set"] - s.get("cache writes during http", 0.0)
+    s["cache check"] = cache["in", False] + cache["in", True]
+    s["cache writes during http"] = cache["set", True]
+    s["cache writes after http"] = cache["set", False]
     named = sum(s.get(k, 0.0) for k in ("request building", "tokenizing", "http", "cache check",
                                         "cache writes after http"))
     return {"process start + imports": imported, "session": session_s, "evaluate": evaluate_s,
