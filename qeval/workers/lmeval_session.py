@@ -20,7 +20,8 @@ log is written as lm-eval's command line writes it (samples_<task>_<date>.jsonl)
 The worker exits when the connection closes (its parent is gone or done) or on {"stop": true}.
 
 The request cache's writes are gathered into batches and each task template is compiled once (lmeval_cache.py):
-the same answers and prompts, without a disk commit per answer or a Jinja compile per document.
+the same answers and prompts, without a disk commit per answer or a Jinja compile per document. Where the include
+path holds every task named, only it is indexed (`_included_only`), not lm-eval's thousands of task files too.
 """
 
 from __future__ import annotations
