@@ -1,4 +1,9 @@
-"""An asyncio streaming client: one process drives the engine, timing every token as it arrives."""
+"""An asyncio streaming client: one process drives the engine, timing every token as it arrives.
+
+It streams through the suites' aiohttp client (`qeval.suites.http.connect`), not httpx: at hundreds of requests
+in flight httpx's pool spends milliseconds of this process's CPU on every request, and the probe's figures at
+saturation would then be the client's, not the engine's (docs/evidence/eval-throughput.md).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
-from ..engines.base import tls_verify
+from ..suites.http import Client, connect, describe, encode
 
 
 @dataclass
@@ -39,7 +44,7 @@ def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
     return [rng.randrange(100, max(101, vocab - 100)) for _ in range(length)]
 
 
-async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | str, max_tokens: int,
+async def stream_one(client: Client, model: str, prompt: list[int] | str, max_tokens: int,
                      ignore_eos: bool = True) -> RequestResult:
     """One streamed greedy completion. `ignore_eos` fixes the output length; without it the request
     stops where a suite's would (to replay a suite's own requests)."""
@@ -50,15 +55,17 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
     last = None
     chunks = 0
     try:
-        async with client.stream("POST", "/completions", json=payload) as r:
-            if r.status_code != 200:
-                res.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+        async with client.session.post(client.url("/completions"), data=encode(payload), proxy=client.proxy,
+                                       headers={"Content-Type": "application/json"}) as r:
+            if r.status != 200:
+                res.error = f"HTTP {r.status}: {(await r.read())[:200]!r}"
                 return res
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
+            # the body's lines, each whole however the network split it (aiohttp's reader joins them)
+            async for line in r.content:
+                if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     break
                 chunk = json.loads(data)
                 now = time.perf_counter()
@@ -75,16 +82,28 @@ async def stream_one(client: httpx.AsyncClient, model: str, prompt: list[int] | 
                 if usage:
                     res.output_tokens = usage.get("completion_tokens", 0)
                     res.prompt_tokens = usage.get("prompt_tokens", 0)
-        res.e2e = time.perf_counter() - t0
+            res.e2e = time.perf_counter() - t0
+            await _drain(r)
         res.last_token = None if last is None else last - t0
         # TGI streams no usage; it sends one chunk per token, so the chunks count the tokens
         res.output_tokens = res.output_tokens or chunks
         res.ok = res.ttft is not None
         if not res.ok:
             res.error = "no token streamed"
-    except (httpx.HTTPError, ValueError) as e:
-        res.error = f"{type(e).__name__}: {e}"[:300]
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        res.error = describe(e)[:300]
     return res
+
+
+async def _drain(r: aiohttp.ClientResponse) -> None:
+    """The bytes after [DONE] (the end of the chunked body), read so the connection goes back to the pool:
+    one left unread is closed, and the next request would open another. Untimed, and a failure here loses
+    only the connection."""
+    try:
+        while await r.content.readany():
+            pass
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        pass
 
 
 @dataclass
@@ -102,9 +121,7 @@ async def run_concurrency(base_url: str, model: str, prompts: list, max_tokens: 
     for p in prompts:
         queue.put_nowait(p)
     results: list[RequestResult] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits, headers=headers,
-                                 verify=tls_verify(base_url)) as client:
+    async with connect(base_url, headers, timeout_s, max(1, concurrency)) as client:
         cpu0, t0 = time.process_time(), time.perf_counter()
         deadline = t0 + max_seconds
 
@@ -122,8 +139,7 @@ async def run_rate(base_url: str, model: str, prompts: list, max_tokens: int, ra
                    max_seconds: float, timeout_s: float = 600, headers: dict | None = None) -> StepRun:
     """Poisson arrivals at `rate` requests per second (exponential gaps, seeded)."""
     rng = random.Random(seed)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=None),
-                                 headers=headers, verify=tls_verify(base_url)) as client:
+    async with connect(base_url, headers, timeout_s, 0) as client:  # 0: a connection for every arrival
         cpu0, t0 = time.process_time(), time.perf_counter()
         tasks = []
         for p in prompts:

@@ -5,7 +5,8 @@ It is aiohttp's, not httpx's: with hundreds of requests in flight, httpx's conne
 every connection and every waiting request each time a request starts or ends, so the client's own CPU per
 request grows with the concurrency (10-40 ms a request at 64-256 in flight against a local server) and it,
 not the server, sets the pace; aiohttp's stays near 0.2 ms (benchmarks/http_client.py, numbers in
-docs/evidence/eval-throughput.md). The latency probe keeps httpx: it streams, at few requests in flight.
+docs/evidence/eval-throughput.md). The latency probe streams through the same client (`connect`): at its
+highest concurrency it would otherwise time its own pool rather than the engine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import urllib.request
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -117,13 +118,21 @@ def env_proxy(url: str) -> str | None:
     return urllib.request.getproxies().get(parts.scheme)
 
 
+def session(endpoint: Endpoint, timeout_s: float, concurrency: int) -> AsyncContextManager[Client]:
+    """A client to `endpoint` that holds at most `concurrency` connections, each kept alive between requests
+    (see `connect`)."""
+    return connect(endpoint.base_url, endpoint.headers, timeout_s, max(1, concurrency))
+
+
 @asynccontextmanager
-async def session(endpoint: Endpoint, timeout_s: float, concurrency: int) -> AsyncIterator[Client]:
-    """A client to `endpoint` that holds at most `concurrency` connections, each kept alive between requests.
-    `timeout_s` bounds connecting and each wait for the server's next bytes (a whole non-streamed answer),
-    not the wait for a free connection. The proxy is read from the environment once: aiohttp's `trust_env`
-    would look it up (and ~/.netrc) on a thread for every request, the most of its CPU per request."""
-    connector = aiohttp.TCPConnector(limit=max(1, concurrency), ssl=tls_verify(endpoint.base_url))
+async def connect(base_url: str, headers: Mapping[str, str] | None, timeout_s: float,
+                  limit: int) -> AsyncIterator[Client]:
+    """A client to `base_url` that sends `headers` on every request and holds at most `limit` connections
+    (0: no limit), each kept alive between requests. `timeout_s` bounds connecting and each wait for the
+    server's next bytes (a whole non-streamed answer, or a streamed answer's next chunk), not the wait for a
+    free connection nor a stream's whole length. The proxy is read from the environment once: aiohttp's
+    `trust_env` would look it up (and ~/.netrc) on a thread for every request, the most of its CPU per request."""
+    connector = aiohttp.TCPConnector(limit=limit, ssl=tls_verify(base_url))
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=endpoint.headers) as s:
-        yield Client(s, endpoint.base_url, env_proxy(endpoint.base_url))
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as s:
+        yield Client(s, base_url, env_proxy(base_url))

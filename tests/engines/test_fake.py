@@ -20,6 +20,7 @@ from qeval.engines.registry import ENGINES
 from qeval.engines.fake import FakeEngine, FakeEngineSpec, write_checkpoint
 from qeval.errors import ConfigError, EngineError
 from qeval.probe.client import stream_one
+from qeval.suites.http import connect
 from qeval.probe.latency import run_probe
 from qeval.settings import Settings
 from qeval.suites.custom import load_suite, run_custom
@@ -159,7 +160,7 @@ def test_prompt_logprobs_in_the_shape_the_logprobs_suite_reads(serve):
 def test_streaming_works_with_the_probe_client(serve):
     with serve("s", FakeEngineSpec(answers=ANSWERS, token_delay_s=0.001)) as ep:
         async def go(prompt, ignore_eos):
-            async with httpx.AsyncClient(base_url=ep.base_url, timeout=5) as c:
+            async with connect(ep.base_url, ep.headers, 5, 1) as c:
                 return await stream_one(c, ep.model, prompt, 8, ignore_eos=ignore_eos)
 
         res = asyncio.run(go("a prompt of some words", True))

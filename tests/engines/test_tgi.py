@@ -8,7 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
@@ -19,8 +18,10 @@ from qeval.errors import EngineError
 from qeval.probe.client import stream_one
 from qeval.settings import Settings
 from qeval.suites.custom import Item, _request, _text
+from qeval.suites.http import connect
 from qeval.suites.logprobs import LogprobsSuite, chunk_record, compare_chunks, run_logprobs
 from tests.loopback import Loopback, js
+from tests.sse import paced, sse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tgi"
 
@@ -155,13 +156,10 @@ def test_probe_counts_tokens_from_tgi_chunks_without_usage():
     # the recorded stream of four prompts; a single-prompt stream is the chunks of index 0
     chunks = [c for c in fixture("test_flash_llama_completion_many_prompts_stream.json")
               if c["choices"][0]["index"] == 0]
-    sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=sse.encode())
+    parts = [(0, sse(c)) for c in chunks] + [(0, sse("[DONE]"))]
 
     async def go():
-        async with httpx.AsyncClient(base_url="http://tgi/v1", transport=httpx.MockTransport(handler)) as c:
+        async with paced(parts) as url, connect(url, None, 5, 1) as c:
             return await stream_one(c, "tgi", "What is Deep Learning?", 10)
 
     res = asyncio.run(go())
