@@ -38,11 +38,12 @@ def test_an_empty_text_chunk_is_a_token_and_tpot_ends_at_the_last_token():
 
 
 def test_a_line_split_across_writes_is_one_chunk_timed_when_it_is_whole():
-    # the second token's line arrives in two writes 100 ms apart, the first ending mid-JSON; CRLF line ends
+    # the second token's line arrives in two writes 100 ms apart, the first ending mid-JSON; CRLF line ends;
+    # the usage chunk is the body's last line, unended (no [DONE])
     second = tok("b").replace(b"\n", b"\r\n")
-    res = _run([(0.02, tok("a")), (0.05, second[:12]), (0.1, second[12:]), (0.02, tok("c")), (0, USAGE),
-                (0, sse("[DONE]"))])
-    assert res.ok and res.error is None and res.output_tokens == 4 and len(res.itls) == 2
+    res = _run([(0.02, tok("a")), (0.05, second[:12]), (0.1, second[12:]), (0.02, tok("c")), (0, USAGE[:-2])])
+    assert res.ok and res.error is None and res.output_tokens == 4 and res.prompt_tokens == 3
+    assert len(res.itls) == 2
     assert res.itls[0] == pytest.approx(0.15, abs=0.04)  # from the first token to the second line's end
 
 
