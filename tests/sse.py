@@ -39,7 +39,7 @@ async def paced(parts: list[tuple[float, bytes]], status: int = 200,
 
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # a held stream is cut, not awaited
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -105,13 +105,19 @@ async def stream_one(client: Client, model: str, prompt: list[int] | str, max_to
     return res
 
 
+# how long the bytes after [DONE] may take: an engine ends its body with them at once; a server that holds the
+# stream open past [DONE] loses the connection instead of holding the request
+DRAIN_S = 1.0
+
+
 async def _drain(r: aiohttp.ClientResponse) -> None:
     """The bytes after [DONE] (the end of the chunked body), read so the connection goes back to the pool:
     one left unread is closed, and the next request would open another. Untimed, and a failure here loses
     only the connection."""
     try:
-        while await r.content.readany():
-            pass
+        async with asyncio.timeout(DRAIN_S):
+            while await r.content.readany():
+                pass
     except (aiohttp.ClientError, asyncio.TimeoutError):
         pass
 

@@ -2,10 +2,11 @@
 the stream's lines are read however the network splits them, and what a failed request records."""
 
 import asyncio
+import time
 
 import pytest
 
-from qeval.probe.client import run_concurrency, stream_one
+from qeval.probe.client import DRAIN_S, run_concurrency, stream_one
 from qeval.suites.http import connect
 from tests.sse import paced, sse
 
@@ -90,3 +91,16 @@ def test_a_step_reuses_its_connections():
     step = asyncio.run(go())
     assert [r.ok for r in step.results] == [True] * 8 and step.client_cpu > 0
     assert len(seen) == 8 and len({peer for _, _, peer in seen}) == 2
+
+
+def test_a_stream_held_open_after_done_does_not_hold_the_request():
+    # [DONE], then the body's end 5 s later: the request is done at [DONE], its connection given up after DRAIN_S
+    async def go():
+        async with paced([(0, tok("a")), (0, USAGE), (0, sse("[DONE]")), (5, b"")]) as url, \
+                connect(url, None, 30, 1) as c:
+            t0 = time.perf_counter()
+            res = await stream_one(c, "m", [1], 4)
+            return res, time.perf_counter() - t0
+
+    res, took = asyncio.run(go())
+    assert res.ok and res.e2e < 1 and took < DRAIN_S + 1
