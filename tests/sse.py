@@ -43,7 +43,7 @@ async def paced(parts: list[tuple[float, bytes]], status: int = 200,
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -20,10 +20,10 @@ from qeval.engines.registry import ENGINES
 from qeval.engines.fake import FakeEngine, FakeEngineSpec, write_checkpoint
 from qeval.errors import ConfigError, EngineError
 from qeval.probe.client import stream_one
-from qeval.suites.http import connect
 from qeval.probe.latency import run_probe
 from qeval.settings import Settings
 from qeval.suites.custom import load_suite, run_custom
+from qeval.suites.http import connect
 from qeval.suites.logprobs import LogprobsSuite, compare_chunks, perplexity, run_logprobs
 from tests.conftest import MARK, Seen, marked, sees_marked, wait_gone
 
