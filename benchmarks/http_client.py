@@ -30,12 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Awaitable, Callable
 
 import aiohttp
@@ -43,6 +41,7 @@ import httpx
 
 from qeval.engines import Endpoint
 from qeval.suites.http import session
+from standin import cpu_name, free_port
 
 PROMPT = "The capital of France is " * 16  # about 400 characters, a short custom-suite prompt
 COMPLETION = json.dumps({"id": "cmpl-0", "object": "text_completion", "model": "m",
@@ -54,8 +53,10 @@ CHAT = json.dumps({"id": "chat-0", "object": "chat.completion", "model": "m",
                                 "finish_reason": "stop"}],
                    "usage": {"prompt_tokens": 96, "completion_tokens": 12, "total_tokens": 108}}).encode()
 
+HERE = Path(__file__).resolve().parent
 SERVER = r"""
-import asyncio, socket, sys
+import asyncio, sys
+from standin import Requests, listen
 port, delay = int(sys.argv[1]), float(sys.argv[2])
 bodies = {b"/v1/completions": sys.argv[3].encode(), b"/v1/chat/completions": sys.argv[4].encode()}
 
@@ -65,55 +66,25 @@ def answer(path):
         return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
     return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)) + body
 
-class Http(asyncio.Protocol):
-    # HTTP/1.1 with keep-alive, one request at a time per connection (no client here pipelines)
-    def connection_made(self, transport):
-        self.t, self.buf = transport, b""
-    def data_received(self, data):
-        self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].split(b"\r\n")
-            n = 0
-            for line in head[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    n = int(value)
-            if len(self.buf) < end + 4 + n:
-                return
-            self.buf = self.buf[end + 4 + n:]
-            path = head[0].split(b" ")[1]
-            asyncio.get_running_loop().call_later(delay, self.reply, answer(path))
+class Http(Requests):
+    def request(self, method, path, body):
+        asyncio.get_running_loop().call_later(delay, self.reply, answer(path))
     def reply(self, data):
         if not self.t.is_closing():
             self.t.write(data)
 
 async def main():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind(("127.0.0.1", port))
-    server = await asyncio.get_running_loop().create_server(Http, sock=s, backlog=4096)
-    print("ready", flush=True)
-    await server.serve_forever()
+    await listen(port, Http, reuse_port=True)
 
 asyncio.run(main())
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(port: int, delay: float, procs: int) -> list[subprocess.Popen]:
     out = []
     for _ in range(procs):
         p = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(delay), COMPLETION.decode(), CHAT.decode()],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True, cwd=HERE)  # `python -c` imports from its cwd
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("the server did not start")
         out.append(p)
@@ -199,15 +170,6 @@ async def qeval_arm(base: str, n: int, conc: int) -> None:
 
 ARMS: dict[str, Arm] = {"httpx-custom": httpx_custom, "httpx-logprobs": httpx_logprobs, "httpx-tuned": httpx_tuned,
                         "httpx2-tuned": httpx2_tuned, "aiohttp": aiohttp_arm, "qeval": qeval_arm}
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def main() -> None:

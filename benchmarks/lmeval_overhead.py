@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from qeval.settings import Settings
 from qeval.record.store import ResultsStore
 from qeval.suites.lmeval import LmEvalSessions, _env, lmeval_argv, parse_samples, read_flags, run_lmeval
 from qeval.suites.lmeval_tasks import materialize_tasks, resolve_tasks
+from standin import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -134,12 +134,6 @@ def batches(args, ref: LmEvalSuiteRef, ep, settings: Settings, tmp: Path) -> Non
     print(f"{args.task}, {args.limit} docs in {len(cuts)} batches: a process per batch {a:.1f} s, one kept process "
           f"{b:.1f} s ({a - b:.1f} s saved, {(a - b) / max(1, len(cuts) - 1):.1f} s per batch after the first); "
           f"per-item scores {'the same' if same else 'DIFFER'}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def letter_ids(settings: Settings, tokenizer: Path) -> list[int]:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import time
 import zlib
+
+from standin import Requests, listen
 
 
 def logprob(ctx_len: int, last: int, tok: int) -> float:
@@ -115,53 +116,26 @@ def main() -> None:
             transport.write(b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
                             % (status, len(body)) + body)
 
-    class Http(asyncio.Protocol):
-        # HTTP/1.1 with keep-alive, one request at a time per connection (lm-eval's clients do not pipeline)
-        def connection_made(self, transport):
-            self.t, self.buf = transport, b""
-
-        def data_received(self, data):
-            self.buf += data
-            while True:
-                end = self.buf.find(b"\r\n\r\n")
-                if end < 0:
-                    return
-                head = self.buf[:end].split(b"\r\n")
-                n = 0
-                for line in head[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        n = int(value)
-                if len(self.buf) < end + 4 + n:
-                    return
-                body, self.buf = self.buf[end + 4:end + 4 + n], self.buf[end + 4 + n:]
-                method, path = head[0].split(b" ")[:2]
-                if path == b"/stats":
-                    reply(self.t, b"200 OK", json.dumps(counter.stats()).encode())
-                elif path == b"/reset":
-                    counter.__init__()
-                    reply(self.t, b"200 OK", b"{}")
-                elif method == b"POST" and path.endswith(b"/completions"):
-                    req = json.loads(body)
-                    counter.start(len(req["prompt"]) if req["prompt"] and isinstance(req["prompt"][0], list) else 1)
-                    out = json.dumps(completion(req, args.listed)).encode()
-                    asyncio.get_running_loop().call_later(args.delay, self.answer, out)
-                else:
-                    reply(self.t, b"404 Not Found", b"{}")
+    class Http(Requests):
+        def request(self, method: bytes, path: bytes, body: bytes) -> None:
+            if path == b"/stats":
+                reply(self.t, b"200 OK", json.dumps(counter.stats()).encode())
+            elif path == b"/reset":
+                counter.__init__()
+                reply(self.t, b"200 OK", b"{}")
+            elif method == b"POST" and path.endswith(b"/completions"):
+                req = json.loads(body)
+                counter.start(len(req["prompt"]) if req["prompt"] and isinstance(req["prompt"][0], list) else 1)
+                out = json.dumps(completion(req, args.listed)).encode()
+                asyncio.get_running_loop().call_later(args.delay, self.answer, out)
+            else:
+                reply(self.t, b"404 Not Found", b"{}")
 
         def answer(self, out: bytes) -> None:
             counter.done()
             reply(self.t, b"200 OK", out)
 
-    async def serve() -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", args.port))
-        server = await asyncio.get_running_loop().create_server(Http, sock=s, backlog=4096)
-        print("ready", flush=True)
-        await server.serve_forever()
-
-    asyncio.run(serve())
+    asyncio.run(listen(args.port, Http))
 
 
 if __name__ == "__main__":

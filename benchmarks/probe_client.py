@@ -27,21 +27,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Awaitable, Callable
 
 import httpx
 
 from qeval.probe.client import RequestResult, StepRun, run_concurrency
+from standin import cpu_name, free_port
 
 SERVER = r"""
 import asyncio, json, socket, sys
+from standin import Requests, listen
 port, ttft, gap, tokens = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 
 def chunk(data):
@@ -58,39 +58,24 @@ END = (event({"id": "cmpl-0", "object": "text_completion", "model": "m", "choice
 late = []
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
-class Http(asyncio.Protocol):
-    # HTTP/1.1 with keep-alive, one request at a time per connection
+class Http(Requests):
     def connection_made(self, transport):
-        self.t, self.buf = transport, b""
+        super().connection_made(transport)
         # each chunk leaves when written, as an engine's server sends it (uvicorn sets it too): without it the
         # first token waits for the client to acknowledge the response's head, up to its delayed ACK's 40 ms
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    def data_received(self, data):
-        self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            n = 0
-            for line in self.buf[:end].split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    n = int(value)
-            if len(self.buf) < end + 4 + n:
-                return
-            path = self.buf[:end].split(b" ")[1]
-            self.buf = self.buf[end + 4 + n:]
-            if path == b"/stats":  # how late the token timers fired since the last ask, then start over
-                late.sort()
-                body = json.dumps({"mean": sum(late) / max(1, len(late)) * 1000,
-                                   "p99": late[int(0.99 * (len(late) - 1))] * 1000 if late else 0.0}).encode()
-                late.clear()
-                self.t.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-                continue
-            loop = asyncio.get_running_loop()
-            self.t.write(HEAD)
-            start = loop.time()
-            loop.call_at(start + ttft, self.send, start, 0)
+    def request(self, method, path, body):
+        if path == b"/stats":  # how late the token timers fired since the last ask, then start over
+            late.sort()
+            body = json.dumps({"mean": sum(late) / max(1, len(late)) * 1000,
+                               "p99": late[int(0.99 * (len(late) - 1))] * 1000 if late else 0.0}).encode()
+            late.clear()
+            self.t.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            return
+        loop = asyncio.get_running_loop()
+        self.t.write(HEAD)
+        start = loop.time()
+        loop.call_at(start + ttft, self.send, start, 0)
     def send(self, start, k):
         if self.t.is_closing():
             return
@@ -102,12 +87,7 @@ class Http(asyncio.Protocol):
             self.t.write(END)
 
 async def main():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", port))
-    server = await asyncio.get_running_loop().create_server(Http, sock=s, backlog=4096)
-    print("ready", flush=True)
-    await server.serve_forever()
+    await listen(port, Http)
 
 asyncio.run(main())
 """
@@ -175,21 +155,6 @@ async def qeval_arm(base: str, prompts: list, tokens: int, conc: int) -> StepRun
 ARMS: dict[str, Callable[[str, list, int, int], Awaitable[StepRun]]] = {"httpx": httpx_arm, "qeval": qeval_arm}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores"
-
-
 def p99(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=100)[98] if len(xs) > 1 else xs[0]
 
@@ -219,7 +184,8 @@ def main() -> None:
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(args.ttft), str(args.gap),
-                               str(args.tokens)], stdout=subprocess.PIPE, text=True)
+                               str(args.tokens)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent)  # `python -c` imports from its cwd
     if server.stdout.readline().strip() != "ready":
         raise RuntimeError("the server did not start")
     base = f"http://127.0.0.1:{port}/v1"
