@@ -2,7 +2,7 @@
 the process: run by benchmarks/lmeval_overhead.py --standin in the vLLM tool env (it has lm-eval; this file imports
 nothing of qeval). One JSON argument says what to do; one JSON line is printed after `RESULT `.
 
-{"args": lm-eval's command line, "call": the session's call, "next_token_top_k": k | null, "plain": bool,
+{"args": lm-eval's command line, "call": the kept worker's call, "next_token_top_k": k | null, "plain": bool,
  "spawned": the parent's time.time() when it started this process}
 
 `plain`: lm-eval as it comes (its sqlitedict request cache committing every answer, its templates compiled at every
