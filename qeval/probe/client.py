@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from ..suites.http import Client, connect, describe, encode
+from ..suites.http import Client, connect, describe
 
 
 @dataclass
@@ -55,8 +55,7 @@ async def stream_one(client: Client, model: str, prompt: list[int] | str, max_to
     last = None
     chunks = 0
     try:
-        async with client.session.post(client.url("/completions"), data=encode(payload), proxy=client.proxy,
-                                       headers={"Content-Type": "application/json"}) as r:
+        async with client.request("/completions", payload) as r:
             if r.status != 200:
                 res.error = f"HTTP {r.status}: {(await r.read())[:200]!r}"
                 return res

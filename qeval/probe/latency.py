@@ -135,7 +135,7 @@ def warm_up(spec: ProbeSpec, endpoint: Endpoint, seed: int) -> Warmup:
 
     def run(n: int, c: int, k: int) -> StepRun:
         return aio.run(run_concurrency(endpoint.base_url, endpoint.model, _prompts(spec, endpoint, n, seed + 999 + k),
-                                           spec.output_tokens, c, spec.max_seconds_per_step, headers=endpoint.headers))
+                                       spec.output_tokens, c, spec.max_seconds_per_step, headers=endpoint.headers))
 
     if spec.warmup_requests:
         sent += len(run(spec.warmup_requests, min(spec.warmup_requests, 4), 0).results)

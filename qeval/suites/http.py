@@ -65,10 +65,14 @@ class Client:
     def url(self, url: str) -> str:
         return url if "://" in url else self.base_url.rstrip("/") + url
 
+    def request(self, url: str, payload: Any) -> AsyncContextManager[aiohttp.ClientResponse]:
+        """One POST of `payload` as JSON, its response read by the caller (whole, or as a stream)."""
+        return self.session.post(self.url(url), data=encode(payload), proxy=self.proxy,
+                                 headers={"Content-Type": "application/json"})
+
     async def post(self, url: str, payload: Any) -> Any:
         """The parsed JSON answer to one POST, tried once; an error status raises HttpStatus."""
-        async with self.session.post(self.url(url), data=encode(payload), proxy=self.proxy,
-                                     headers={"Content-Type": "application/json"}) as r:
+        async with self.request(url, payload) as r:
             body = await r.read()
             if r.status >= 400:
                 raise HttpStatus(r.status, body)
