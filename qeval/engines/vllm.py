@@ -244,6 +244,8 @@ class VllmEngine(EngineBase):
             argv += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
         if s.gpu_memory_utilization:
             argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+        if s.gpu_kv_cache_gib is not None:
+            argv += ["--kv-cache-memory-bytes", str(int(s.gpu_kv_cache_gib * 2**30))]
         if s.quantization:
             argv += ["--quantization", s.quantization]
         if s.kv_cache_dtype != "auto":

@@ -168,7 +168,8 @@ class _Run:
         p, v = self.plan, self.v
         t0 = time.monotonic()
         starting = self.reporter.step(f"[{v.name}] starting the {p.engine_kind} engine")
-        with self.clock.leased("start", busy=False), starting:  # sized from the memory free: one start at a time
+        # an engine sizing its memory from what is free starts alone on its GPU (executors/leases.py)
+        with self.clock.leased("start" if p.engine.start_reads_free_memory else "shared", busy=False), starting:
             try:
                 endpoint = engine.start()
             except EngineError as e:

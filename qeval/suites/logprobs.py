@@ -137,6 +137,11 @@ def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:
     if ref.corpus == "pydoc":
         # the half of the Python reference topics that calibration never sees
         return "\n\n".join(calibration_texts(every=2, offset=1))
+    if ref.corpus in ("stdlib", "docstrings"):
+        # thousands of chunks where pydoc holds ~160: the modules in the order of their text's hash
+        from .corpora import documents
+
+        return "\n\n".join(d.text for d in sorted(documents(ref.corpus, 0), key=lambda d: d.key))
     try:
         return Path(ref.corpus).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -168,9 +173,11 @@ def load_logprobs_suite(ref: LogprobsSuiteRef, config_file: str = "") -> Logprob
         text = " ".join(_corpus(ref, config_file).split())  # whitespace runs add nothing but tokens
         step = ref.chunk_chars
         chunks = [text[i:i + step] for i in range(0, len(text) - step + 1, step)][:ref.chunks]
-    if len(chunks) < 2:
-        raise ConfigError(f"corpus {ref.corpus} is too short for {ref.chunk_chars}-character chunks",
-                          file=config_file, where="suites: logprobs")
+    if len(chunks) < ref.chunks:
+        unit = "prompts" if ref.corpus.startswith("suite:") else f"chunks of {ref.chunk_chars} characters"
+        raise ConfigError(f"corpus {ref.corpus} holds {len(chunks)} {unit}; chunks: {ref.chunks} asks for more "
+                          "(fewer chunks, shorter chunk_chars, or a larger corpus: stdlib holds about 3,000)",
+                          file=config_file, where="suites: logprobs: chunks")
     key = key_hash({"chunks": stable_hash(chunks), "top_k": ref.top_k, "name": ref.name})
     return LogprobsSuite(name=ref.name, chunks=chunks, top_k=ref.top_k, key=f"logprobs:{ref.name}:{key}",
                          in_flight=InFlight.of(ref.concurrency, ref.max_concurrency, fallback=CONCURRENCY))

@@ -168,10 +168,11 @@ class LogprobsSuiteRef(SuiteRef):
     RESOLVER: ClassVar[str] = "qeval.suites.logprobs:resolve"
     kind: Literal["logprobs"]
     name: Name = "corpus"
-    # "pydoc": held-out Python reference text shipped with CPython; a UTF-8 file; or "suite:DESCRIPTOR":
+    # "pydoc": held-out Python reference text shipped with CPython (~160 chunks); "stdlib" (the standard
+    # library's modules, ~3,000) or "docstrings" (their docstrings, ~700); a UTF-8 file; or "suite:DESCRIPTOR":
     # a custom suite's own prompts, one chunk each (how the variant sees the inputs it is graded on). With
-    # `document_tokens` also "stdlib" (the standard library's modules), "docstrings" (their docstrings) or a
-    # folder (a document per file): suites/corpora.py
+    # `document_tokens` also a folder (a document per file): suites/corpora.py. A corpus that holds fewer
+    # chunks than `chunks` asks is refused.
     corpus: str = "pydoc"
     chunks: int = Field(32, gt=1)
     chunk_chars: int = Field(1200, ge=100)
@@ -190,8 +191,6 @@ class LogprobsSuiteRef(SuiteRef):
     def _long(self) -> "LogprobsSuiteRef":
         if isinstance(self.document_tokens, int) and self.document_tokens < 2:
             raise ValueError("document_tokens must be at least 2 (or auto)")
-        if self.document_tokens is None and self.corpus in ("stdlib", "docstrings"):
-            raise ValueError(f"corpus {self.corpus} is a source of long documents: give document_tokens")
         if isinstance(self.buckets, list) and self.buckets != sorted(set(self.buckets)):
             raise ValueError(f"buckets: {self.buckets} must rise")
         return self

