@@ -12,8 +12,9 @@ phase inside the worker (lmeval_phases_worker.py): process start and imports, th
 client, request building, tokenizing, the HTTP phase (with the stand-in's count of requests in flight: the most,
 their mean while any is, the seconds none is), the request cache's reads and writes, scoring and the samples log,
 then qeval's parsing of that log into records and the results store. Each scoring of oe_hellaswag_mc (lm-eval's
-loglikelihood, qeval's next token) is run with lm-eval as it comes (`lm-eval's own`) and as qeval's worker runs it,
-alternating; the per-item scores of the two must be the same. `--delay` holds each answer that long, so that the
+loglikelihood, qeval's next token) and oe_addition's generated answers (3-shot, up to its 462 documents) is run
+with lm-eval as it comes (`lm-eval's own`) and as qeval's worker runs it, alternating; the per-item scores of the
+two must be the same. `--delay` holds each answer that long, so that the
 requests in flight show the concurrency the client reaches.
 
 Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task oe_sciq] [--limit 200] [--rounds 2] [--batches 4]
@@ -43,6 +44,7 @@ from standin import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
+GEN_DOCS = 462  # oe_addition's documents
 PHASES = ("process start + imports", "task index", "task build", "client (tokenizer load)", "request building",
           "cache check", "tokenizing", "http", "cache writes during http", "cache writes after http",
           "scoring + writing samples", "parse + store (qeval)")
@@ -162,16 +164,23 @@ def standin(args, settings: Settings) -> None:
             return json.loads(r.read())
 
     ep = Endpoint(base_url=f"{base}/v1", model="standin", tokenizer=tokenizer, engine="vllm")
-    ref = LmEvalSuiteRef(kind="lm_eval", tasks=["oe_hellaswag_mc"], include_path=ROOT / "suites" / "lmeval",
-                         limit=args.limit, num_fewshot=0, num_concurrent=args.concurrency)
+
+    def ref_of(task: str, limit: int, fewshot: int | None) -> LmEvalSuiteRef:
+        return LmEvalSuiteRef(kind="lm_eval", tasks=[task], include_path=ROOT / "suites" / "lmeval", limit=limit,
+                              num_fewshot=fewshot, num_concurrent=args.concurrency)
+
+    mc, gen = ref_of("oe_hellaswag_mc", args.limit, 0), ref_of("oe_addition", min(args.limit, GEN_DOCS), None)
+    # (scoring, the task's ref): multiple choice both ways, and a generated answer (its YAML's 3-shot)
+    cases = (("loglikelihood", mc), ("next_token", mc), ("generate", gen))
     results: dict[tuple[str, str], list[dict]] = {}
     scores: dict[tuple[str, str], dict] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            include = materialize_tasks(ref, settings.data, tmp)
+            includes = {id(ref): materialize_tasks(ref, settings.data, tmp / ref.tasks[0]) for _, ref in cases}
             for r in range(args.rounds):
-                for scoring in ("loglikelihood", "next_token"):
+                for scoring, ref in cases:
+                    include = includes[id(ref)]
                     for how in ("lm-eval's own", "qeval's worker")[::1 if r % 2 == 0 else -1]:
                         work = tmp / f"{scoring}-{'plain' if how.startswith('lm') else 'qeval'}-{r}"
                         args_ = lmeval_argv(settings.vllm.python, ref, ep, [ref.tasks[0]], include,
@@ -180,7 +189,7 @@ def standin(args, settings: Settings) -> None:
                         if top_k is not None:
                             args_[args_.index("--model") + 1] = "qeval-next-token"
                         flags = work / "flags.jsonl"
-                        call = {"tasks": ref.tasks, "samples": None, "limit": args.limit,
+                        call = {"tasks": ref.tasks, "samples": None, "limit": ref.limit,
                                 "output_path": str(work / "out"), "use_cache": str(work / "cache"),
                                 "flags": str(flags) if top_k is not None else None}
                         stats("/reset", b"")
@@ -199,7 +208,7 @@ def standin(args, settings: Settings) -> None:
                         [samples] = (work / "out").rglob("samples_*.jsonl")
                         recs = parse_samples(samples, read_flags(flags) if top_k is not None else None)
                         with ResultsStore(work / "records.sqlite") as store:
-                            store.put("v", "k", "bench", "oe_hellaswag_mc", recs)
+                            store.put("v", "k", "bench", ref.tasks[0], recs)
                         got["parse + store (qeval)"] = time.perf_counter() - t1
                         results.setdefault((scoring, how), []).append(got)
                         scores[(scoring, how)] = {x.item_id: x.scores for x in recs}
@@ -208,8 +217,9 @@ def standin(args, settings: Settings) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"\noe_hellaswag_mc, {args.limit} docs, 0-shot, {args.concurrency} requests in flight, the stand-in "
-          f"answering after {args.delay:g} s; seconds (mean of {args.rounds} rounds)\n")
+    print(f"\noe_hellaswag_mc, {mc.limit} docs, 0-shot; oe_addition, {gen.limit} docs, 3-shot; {args.concurrency} "
+          f"requests in flight, the stand-in answering after {args.delay:g} s; seconds (mean of {args.rounds} "
+          "rounds)\n")
     cols = list(results)
     mean = {c: {k: sum(x.get(k, 0.0) for x in results[c]) / len(results[c])
                 for k in (*PHASES, "wall", "session", "evaluate")} for c in cols}
@@ -224,7 +234,7 @@ def standin(args, settings: Settings) -> None:
         vals = [sum(x["server"][k] for x in results[c]) / len(results[c]) for c in cols]
         print(f"| {name} | " + " | ".join(f"{v:.0f}" if k in ("requests", "most_in_flight") else f"{v:.2f}"
                                            for v in vals) + " |")
-    for scoring in ("loglikelihood", "next_token"):
+    for scoring, _ in cases:
         same = scores[(scoring, "lm-eval's own")] == scores[(scoring, "qeval's worker")]
         print(f"{scoring}: per-item scores {'the same' if same else 'DIFFER'} "
               f"({len(scores[(scoring, 'lm-eval' + chr(39) + 's own')])} items)")
