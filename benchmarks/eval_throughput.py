@@ -5,7 +5,8 @@
   `mc_loglikelihood` (lm-eval's multiple choice of oe_hellaswag_mc, 10,042 questions, scored by loglikelihood),
   `mc_next_token` (the same questions by qeval's next-token scoring), `generate` (lm-eval's oe_addition, a
   generated answer), `custom` (suites/custom/capitals.yaml repeated to the limit) and `logprobs` (the stdlib
-  corpus, one 1,200-character chunk of the standard library's source per item, up to about 3,000). Items/s, and prompt and output tokens/s from the server's /metrics counters;
+  corpus, one 1,200-character chunk of the standard library's source per item, up to about 3,000). Items/s, and
+  prompt and output tokens/s from the server's /metrics counters;
 - `lmeval_offline`: lm-eval's own offline vLLM backend (`lm_eval --model vllm`) on the same task, documents,
   few-shot, seeds, dtype and max_model_len (its model load timed apart);
 - `ceiling`: the engine alone on the same token counts: per qeval arm, as many requests of its mean prompt and

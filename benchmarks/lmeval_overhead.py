@@ -14,8 +14,8 @@ their mean while any is, the seconds none is), the request cache's reads and wri
 then qeval's parsing of that log into records and the results store. Each scoring of oe_hellaswag_mc (lm-eval's
 loglikelihood, qeval's next token) and oe_addition's generated answers (3-shot, up to its 462 documents) is run
 with lm-eval as it comes (`lm-eval's own`) and as qeval's worker runs it, alternating; the per-item scores of the
-two must be the same. `--delay` holds each answer that long, so that the
-requests in flight show the concurrency the client reaches.
+two must be the same. `--delay` holds each answer that long, so that the requests in flight show the concurrency
+the client reaches.
 
 Run: .venv/bin/python benchmarks/lmeval_overhead.py [--task oe_sciq] [--limit 200] [--rounds 2] [--batches 4]
      .venv/bin/python benchmarks/lmeval_overhead.py --standin [--limit 2000] [--concurrency 209] [--delay 0]
@@ -177,10 +177,9 @@ def standin(args, settings: Settings) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            includes = {id(ref): materialize_tasks(ref, settings.data, tmp / ref.tasks[0]) for _, ref in cases}
+            include = materialize_tasks(mc, settings.data, tmp)  # every task file of the include path, both tasks'
             for r in range(args.rounds):
                 for scoring, ref in cases:
-                    include = includes[id(ref)]
                     for how in ("lm-eval's own", "qeval's worker")[::1 if r % 2 == 0 else -1]:
                         work = tmp / f"{scoring}-{'plain' if how.startswith('lm') else 'qeval'}-{r}"
                         args_ = lmeval_argv(settings.vllm.python, ref, ep, [ref.tasks[0]], include,

@@ -138,10 +138,10 @@ def _corpus(ref: LogprobsSuiteRef, config_file: str) -> str:
         # the half of the Python reference topics that calibration never sees
         return "\n\n".join(calibration_texts(every=2, offset=1))
     if ref.corpus in ("stdlib", "docstrings"):
-        # thousands of chunks where pydoc holds ~160: the modules in the order of their text's hash
-        from .corpora import documents
+        # thousands of chunks where pydoc holds ~160: every module (any length), in the order of its text's hash
+        from .corpora import candidates
 
-        return "\n\n".join(d.text for d in sorted(documents(ref.corpus, 0), key=lambda d: d.key))
+        return "\n\n".join(d.text for d in candidates(ref.corpus, 0))
     try:
         return Path(ref.corpus).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
